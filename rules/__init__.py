@@ -1,0 +1,1 @@
+"""Static analysis: libcst facts per file, a whole-program view, and one rule per module."""

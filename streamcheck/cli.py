@@ -1,0 +1,75 @@
+"""Command line entry point: `streamcheck scan | analyze | run | report | explain`.
+
+Each subcommand lives in streamcheck/commands/<name>.py with two functions, `add_arguments(parser)` and
+`run(args) -> int`. Command modules import libcst or torch only inside `run`, so `streamcheck --help` and the
+commands that don't parse or instrument start fast. Exit codes: 0 clean, 1 findings, 2 usage or config error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+COMMANDS = {
+    "scan": "lint Python sources for stream-ordering hazards (no code is imported or run)",
+    "analyze": "replay a recorded trace (JSONL) through the race detector and report the races",
+    "run": "run a command (python, torchrun, deepspeed) with the runtime detector in every rank",
+    "report": "merge per-rank runtime findings (JSONL) into one report",
+    "explain": "print a rule's documentation: what it finds, why it is bad, an example and the fix",
+}
+
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("streamcheck")
+    except Exception:  # running from a source tree without installation
+        return "0+unknown"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="streamcheck", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"streamcheck {_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, help_text in COMMANDS.items():
+        module = _command_module(name)
+        if module is None:
+            continue
+        cmd = sub.add_parser(name, help=help_text, description=help_text)
+        module.add_arguments(cmd)
+        cmd.set_defaults(_run=module.run)
+    return parser
+
+
+def _command_module(name: str):
+    try:
+        return importlib.import_module(f"streamcheck.commands.{name}")
+    except ModuleNotFoundError as exc:
+        if exc.name == f"streamcheck.commands.{name}":
+            return None  # command not built yet
+        raise
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
+        return int(exc.code or 0)
+    if not getattr(args, "_run", None):
+        parser.print_help(sys.stderr)
+        return EXIT_ERROR
+    try:
+        return int(args._run(args))
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return EXIT_CLEAN
+
+
+if __name__ == "__main__":
+    sys.exit(main())

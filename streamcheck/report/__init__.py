@@ -1,0 +1,1 @@
+"""Output formats shared by the scanner and the runtime detector."""
