@@ -1,0 +1,263 @@
+"""The online race detector: vector clocks (clocks.py) + byte-range shadow state (shadow.py), plain method calls.
+
+The runtime hooks (and `replay` of a recorded trace) call one method per event; every method name and argument is
+also a trace event (see trace.py and notes/trace-contract.md). Each call is one event of the trace, so the
+Detector numbers them: `Access.seq` is the index of the event (0-based, the trace header not counted).
+
+Happens-before, as implemented (DESIGN.md, "Happens-before model"):
+- thread T enqueues anything on stream S (kernel, event record/wait, collective launch, work wait): S ⊔= T.
+- event_record: the event keeps S's clock; event_wait: S ⊔= event; a destroyed or never-recorded event orders
+  nothing. sync_event / sync_stream / sync_device: T ⊔= event / S / every stream of that device seen so far
+  (NCCL streams of the device included).
+- collective on comm N launched from S: N ⊔= S; accesses by N; the work remembers N's clock; if not async_op,
+  S ⊔= N. work_wait: S ⊔= work; blocking also T ⊔= work.
+- thread_start: child ⊔= parent; thread_join: parent ⊔= child. stream_created: S ⊔= T.
+- free: a check, as if the allocation stream wrote the whole block at the point where the freeing thread and every
+  stream given to record_stream stand now (that is when the caching allocator records its events). Nothing is
+  ordered by a free and nothing can touch the freed storage later (a new allocation at the same address starts a
+  fresh history), so the storage's shadow state is dropped right after the check. A free of a storage whose
+  allocation was never seen is not checked (the detector may have started after the allocation).
+
+Race kinds: FREE when the later access is a free; HOST when either access is by a host thread (host_access);
+otherwise RAW / WAR / WAW by (later, earlier) being (read, write) / (write, read) / (write, write).
+
+Which races: every access is checked against the last write of each byte it touches and, if it is a write, the
+latest read of each other actor since that write. All conflicting pairs that are unordered are reported, never
+only the first; one Race per (later access, earlier access, storage), its [start, end) spanning the bytes where
+they met. The detector never raises on odd input: unknown streams, threads, events and storages are created lazily.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterable, Optional
+
+from .clocks import Clocks, join
+from .shadow import StorageShadow
+
+Ranges = Iterable  # of (storage, start, end)
+
+
+@dataclass(slots=True, eq=False)
+class Access:
+    """One kernel's (or host op's, or free's) reads or writes: who, enqueued by which thread, where, when.
+
+    `clock` is the actor's own time at the access (its epoch); `seq` is the trace index of the event.
+    """
+
+    actor: str
+    thread: str
+    is_write: bool
+    site: int
+    op: str
+    seq: int
+    clock: int = 0
+
+
+@dataclass(slots=True)
+class Race:
+    """Two conflicting accesses to bytes [start, end) of `storage` with no happens-before edge between them."""
+
+    kind: str  # RAW | WAR | WAW | FREE | HOST
+    storage: int
+    start: int
+    end: int
+    earlier: Access
+    later: Access
+
+
+@dataclass(slots=True)
+class Allocation:
+    stream: Optional[str]
+    size: int
+    site: int
+    recorded: set
+
+
+def race_kind(earlier: Access, later: Access) -> str:
+    if later.op == "free":
+        return "FREE"
+    if earlier.actor == earlier.thread or later.actor == later.thread:
+        return "HOST"
+    if later.is_write:
+        return "WAW" if earlier.is_write else "WAR"
+    return "RAW"
+
+
+class Detector:
+    """Online happens-before race detector. See the module docstring for the model."""
+
+    def __init__(self, on_race: Callable[[Race], None] | None = None) -> None:
+        self.on_race = on_race
+        self.races: list[Race] = []
+        self.clocks = Clocks()
+        self.shadows: dict[int, StorageShadow] = {}
+        self.allocations: dict[int, Allocation] = {}
+        self.sites: dict[int, list] = {}
+        self.stream_names: dict[str, str] = {}
+        self.storage_infos: dict[int, dict] = {}
+        self.header: dict = {}
+        self.seq = 0  # index of the next event
+
+    # ---- streams, events, synchronization -------------------------------------------------------------------
+    def stream_created(self, thread: str, stream: str) -> None:
+        self.seq += 1
+        self.clocks.send(thread, stream)
+
+    def event_record(self, thread: str, event: int, stream: str) -> None:
+        self.seq += 1
+        self.clocks.send(thread, stream)
+        self.clocks.record(event, stream)
+
+    def event_wait(self, thread: str, event: int, stream: str) -> None:
+        self.seq += 1
+        self.clocks.send(thread, stream)
+        self.clocks.wait(stream, event)
+
+    def event_destroy(self, event: int) -> None:
+        self.seq += 1
+        self.clocks.forget_event(event)
+
+    def sync_event(self, thread: str, event: int) -> None:
+        self.seq += 1
+        self.clocks.wait(thread, event)
+
+    def sync_stream(self, thread: str, stream: str) -> None:
+        self.seq += 1
+        self.clocks.send(stream, thread)
+
+    def sync_device(self, thread: str, device: int) -> None:
+        self.seq += 1
+        for stream in self.clocks.streams_on(device):
+            self.clocks.send(stream, thread)
+
+    def thread_start(self, parent: str, child: str) -> None:
+        self.seq += 1
+        self.clocks.send(parent, child)
+
+    def thread_join(self, parent: str, child: str) -> None:
+        self.seq += 1
+        self.clocks.send(child, parent)
+
+    # ---- accesses ---------------------------------------------------------------------------------------------
+    def kernel(self, thread: str, stream: str, reads: Ranges = (), writes: Ranges = (), site: int = -1,
+               op: str = "") -> None:
+        seq = self.seq
+        self.seq = seq + 1
+        clock = self.clocks.send(thread, stream)
+        if reads:
+            self._access(Access(stream, thread, False, site, op, seq, clock[stream]), clock, reads)
+        if writes:
+            self._access(Access(stream, thread, True, site, op, seq, clock[stream]), clock, writes)
+
+    def host_access(self, thread: str, reads: Ranges = (), writes: Ranges = (), site: int = -1,
+                    op: str = "") -> None:
+        seq = self.seq
+        self.seq = seq + 1
+        clock = self.clocks.clock(thread)
+        if reads:
+            self._access(Access(thread, thread, False, site, op, seq, clock[thread]), clock, reads)
+        if writes:
+            self._access(Access(thread, thread, True, site, op, seq, clock[thread]), clock, writes)
+
+    def collective(self, thread: str, stream: str, comm: str, reads: Ranges = (), writes: Ranges = (),
+                   async_op: bool = False, work: int | None = None, site: int = -1, op: str = "") -> None:
+        seq = self.seq
+        self.seq = seq + 1
+        clocks = self.clocks
+        clocks.send(thread, stream)
+        clock = clocks.send(stream, comm)
+        if reads:
+            self._access(Access(comm, thread, False, site, op, seq, clock[comm]), clock, reads)
+        if writes:
+            self._access(Access(comm, thread, True, site, op, seq, clock[comm]), clock, writes)
+        if work is not None:
+            clocks.finish_work(work, comm)
+        if not async_op:
+            clocks.send(comm, stream)
+
+    def work_wait(self, thread: str, stream: str, work: int, blocking: bool = False) -> None:
+        self.seq += 1
+        self.clocks.send(thread, stream)
+        self.clocks.wait_work(stream, work)
+        if blocking:
+            self.clocks.wait_work(thread, work)
+
+    # ---- memory -----------------------------------------------------------------------------------------------
+    def alloc(self, storage: int, size: int, stream: str, site: int = -1) -> None:
+        """A new block: a fresh history (whatever was recorded at this address before is gone)."""
+        self.seq += 1
+        self.shadows.pop(storage, None)
+        self.allocations[storage] = Allocation(stream, size, site, set())
+
+    def record_stream(self, storage: int, stream: str) -> None:
+        self.seq += 1
+        allocation = self.allocations.get(storage)
+        if allocation is None:
+            allocation = self.allocations[storage] = Allocation(None, 0, -1, set())
+        allocation.recorded.add(stream)
+
+    def free(self, thread: str, storage: int, site: int = -1) -> None:
+        seq = self.seq
+        self.seq = seq + 1
+        allocation = self.allocations.pop(storage, None)
+        shadow = self.shadows.pop(storage, None)
+        if allocation is None or allocation.stream is None or shadow is None:
+            return
+        clocks = self.clocks
+        stream = allocation.stream
+        clock = dict(clocks.clock(stream))
+        join(clock, clocks.clock(thread))
+        for recorded in allocation.recorded:
+            join(clock, clocks.clock(recorded))
+        access = Access(stream, thread, True, site, "free", seq, clock[stream])
+        found = shadow.check_all(access, clock)
+        if found:
+            self._report(storage, access, found)
+
+    # ---- what the trace knows about names ---------------------------------------------------------------------
+    def site(self, id: int, frames: list) -> None:  # noqa: A002 - the trace's field name
+        self.seq += 1
+        self.sites[id] = frames
+
+    def stream_name(self, stream: str, name: str) -> None:
+        self.seq += 1
+        self.stream_names[stream] = name
+
+    def storage_info(self, storage: int, **info) -> None:
+        self.seq += 1
+        self.storage_infos[storage] = info
+
+    # ---- internals --------------------------------------------------------------------------------------------
+    def _access(self, access: Access, clock: dict, ranges: Ranges) -> None:
+        shadows = self.shadows
+        found_by_storage = None
+        for storage, start, end in ranges:
+            if start >= end:
+                continue
+            shadow = shadows.get(storage)
+            if shadow is None:
+                shadow = shadows[storage] = StorageShadow()
+            found = shadow.access(access, clock, start, end, None)
+            if found:
+                if found_by_storage is None:
+                    found_by_storage = {}
+                found_by_storage.setdefault(storage, []).extend(found)
+        if found_by_storage:
+            for storage, found in found_by_storage.items():
+                self._report(storage, access, found)
+
+    def _report(self, storage: int, later: Access, found: list) -> None:
+        """One Race per earlier access, spanning every byte range where the two met."""
+        merged: dict[int, Race] = {}
+        for earlier, start, end in found:
+            race = merged.get(id(earlier))
+            if race is None:
+                merged[id(earlier)] = Race(race_kind(earlier, later), storage, start, end, earlier, later)
+            else:
+                race.start = min(race.start, start)
+                race.end = max(race.end, end)
+        for race in merged.values():
+            self.races.append(race)
+            if self.on_race is not None:
+                self.on_race(race)
