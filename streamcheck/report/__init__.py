@@ -1,1 +1,55 @@
-"""Output formats shared by the scanner and the runtime detector."""
+"""Output formats shared by the scanner and the runtime detector: text, json, sarif, github.
+
+Every formatter takes the same inputs, a list of Findings and a ReportContext, and writes to a text stream. Nothing
+here knows whether a finding came from a static rule (SC1xx) or the runtime detector (SC2xx with a race kind and
+`extra` data such as the streams): they render through the same code.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Iterable, TextIO
+
+from streamcheck.findings import Finding
+
+FORMATS = {"text": "text", "json": "json_format", "sarif": "sarif", "github": "github"}
+
+
+@dataclass(frozen=True)
+class RuleInfo:
+    """What a report says about a rule: a one-line summary and its full documentation (what, why, example, fix)."""
+
+    id: str
+    summary: str = ""
+    documentation: str = ""
+
+
+@dataclass
+class ReportContext:
+    """Everything besides the findings that a report may show."""
+
+    tool_version: str = "0+unknown"
+    rules: dict[str, RuleInfo] = field(default_factory=dict)
+    files: int = 0  # files scanned
+    suppressed: int = 0
+    baselined: int = 0
+    skipped: list[str] = field(default_factory=list)  # "path: why" for files left out on purpose
+    color: bool = False  # text only: ANSI colours (the command decides: a terminal, no NO_COLOR)
+
+    def rule(self, rule_id: str) -> RuleInfo:
+        return self.rules.get(rule_id) or RuleInfo(rule_id)
+
+
+def write_report(fmt: str, findings: Iterable[Finding], out: TextIO, context: ReportContext) -> None:
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
+    module = importlib.import_module(f"streamcheck.report.{FORMATS[fmt]}")
+    module.write(list(findings), out, context)
+
+
+def count_by_rule(findings: Iterable[Finding]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for finding in findings:
+        counts[finding.rule] = counts.get(finding.rule, 0) + 1
+    return dict(sorted(counts.items()))

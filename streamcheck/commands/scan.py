@@ -1,0 +1,205 @@
+"""`streamcheck scan [PATH ...]`: lint Python sources for stream-ordering hazards; a CI gate.
+
+Exit 0: no findings (or --exit-zero). Exit 1: findings. Exit 2: usage, configuration or baseline error.
+Options given here override the same keys of [tool.streamcheck] in the nearest pyproject.toml.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+from streamcheck.report import FORMATS
+
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("paths", nargs="*", default=["."], metavar="PATH", help="files or folders (default: .)")
+    parser.add_argument("--format", choices=list(FORMATS), default="text", help="output format (default: text)")
+    parser.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE instead of stdout")
+    parser.add_argument("--exit-zero", action="store_true", help="exit 0 even when there are findings")
+    parser.add_argument("--config", metavar="FILE", help="read [tool.streamcheck] from FILE, not the nearest pyproject")
+
+    rules = parser.add_argument_group("what to report (override [tool.streamcheck])")
+    rules.add_argument("--select", action="append", metavar="CODES", help="rule ids or prefixes, comma-separated")
+    rules.add_argument("--ignore", action="append", metavar="CODES", help="rule ids or prefixes never reported")
+    rules.add_argument("--per-file-ignores", action="append", metavar="GLOB:CODES",
+                       help="e.g. 'tests/*:SC101,SC104' (repeatable)")
+    rules.add_argument("--report-unused-ignores", action="store_true",
+                       help="report suppression comments that suppress nothing (SC002)")
+    rules.add_argument("--baseline", metavar="FILE", help="report only findings not in this baseline")
+    rules.add_argument("--write-baseline", metavar="FILE", help="write all current findings to FILE and exit 0")
+
+    files = parser.add_argument_group("what to read")
+    files.add_argument("--exclude", action="append", metavar="GLOBS", help="replace the default excludes")
+    files.add_argument("--extend-exclude", action="append", metavar="GLOBS", help="add to the excludes")
+    files.add_argument("--max-file-size-kb", type=int, metavar="KB", help="skip larger files (default 1024)")
+
+    model = parser.add_argument_group("teach the scanner your codebase's own stream API")
+    model.add_argument("--stream-context", dest="stream_contexts", action="append", metavar="CALLABLES",
+                       help="callables whose `with` block switches the current stream, e.g. my_accel.stream")
+    model.add_argument("--collective", dest="collectives", action="append", metavar="NAMES",
+                       help="extra collective functions, e.g. my_comm.all_gather_into")
+    model.add_argument("--sync-callable", dest="sync_callables", action="append", metavar="CALLABLES",
+                       help="extra callables that order streams, e.g. my_accel.barrier_streams")
+
+    speed = parser.add_argument_group("speed")
+    speed.add_argument("-j", "--jobs", type=int, metavar="N", help="worker processes (default: number of cores)")
+    speed.add_argument("--no-cache", action="store_true", help="neither read nor write the per-file Facts cache")
+    speed.add_argument("--cache-dir", metavar="DIR", help="cache folder (default: .streamcheck_cache at the root)")
+    parser.add_argument("--color", choices=["auto", "always", "never"], default="auto",
+                        help="colours in text output (auto: only on a terminal, and not with NO_COLOR)")
+    parser.add_argument("--no-progress", action="store_true", help="never show a progress bar")
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from streamcheck.baseline import BaselineError, read_baseline, write_baseline
+    from streamcheck.config import ConfigError, load_config, parse_per_file_ignores, split_csv
+    from streamcheck.sources import MissingPath
+
+    try:
+        if args.jobs is not None and args.jobs < 1:
+            raise ConfigError("command line", "--jobs", "must be at least 1")
+        overrides = {
+            "select": split_csv(args.select),
+            "ignore": split_csv(args.ignore),
+            "per-file-ignores": parse_per_file_ignores(args.per_file_ignores),
+            "exclude": split_csv(args.exclude),
+            "extend-exclude": split_csv(args.extend_exclude),
+            "max-file-size-kb": args.max_file_size_kb,
+            "stream-contexts": split_csv(args.stream_contexts),
+            "collectives": split_csv(args.collectives),
+            "sync-callables": split_csv(args.sync_callables),
+        }
+        config_file = Path(args.config) if args.config else None
+        if config_file is not None and not config_file.is_file():
+            raise ConfigError(str(config_file), "--config", "no such file")
+        config = load_config(config_file, _common_start(args.paths), overrides)
+        baseline = read_baseline(args.baseline) if args.baseline else None
+    except (ConfigError, BaselineError) as exc:
+        print(f"streamcheck scan: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+
+    from streamcheck import scanning
+
+    backend = scanning.default_backend(config)
+    progress = None if args.no_progress else _Progress.maybe(sys.stderr)
+    try:
+        result = scanning.scan(
+            args.paths,
+            config,
+            backend=backend,
+            jobs=args.jobs,
+            cache_dir=args.cache_dir,
+            use_cache=not args.no_cache,
+            report_unused_ignores=args.report_unused_ignores,
+            baseline=baseline,
+            progress=progress,
+        )
+    except MissingPath as exc:
+        print(f"streamcheck scan: {exc}: no such file or folder", file=sys.stderr)
+        return EXIT_ERROR
+    finally:
+        if progress:
+            progress.close()
+
+    for reason in result.skipped:
+        print(f"streamcheck: skipped {reason}", file=sys.stderr)
+
+    if args.write_baseline:
+        count = write_baseline(args.write_baseline, result.findings)
+        print(f"streamcheck: wrote {count} finding{'s' if count != 1 else ''} to {args.write_baseline}",
+              file=sys.stderr)
+        return EXIT_CLEAN
+
+    _write(args, result, backend)
+    if result.findings and not args.exit_zero:
+        return EXIT_FINDINGS
+    return EXIT_CLEAN
+
+
+def _common_start(paths: list[str]) -> str:
+    """Where to look for pyproject.toml: the folder the given paths share."""
+    folders = [os.path.abspath(p if os.path.isdir(p) else os.path.dirname(p) or ".") for p in paths]
+    try:
+        return os.path.commonpath(folders)
+    except ValueError:  # different drives
+        return os.getcwd()
+
+
+def _write(args: argparse.Namespace, result, backend) -> None:
+    from streamcheck.report import ReportContext, write_report
+    from streamcheck.scanning import streamcheck_version
+
+    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
+    try:
+        color = args.color == "always" or (
+            args.color == "auto" and not args.output and _is_tty(out) and "NO_COLOR" not in os.environ
+        )
+        context = ReportContext(
+            tool_version=streamcheck_version(),
+            rules=rule_infos(backend),
+            files=result.files,
+            suppressed=result.suppressed,
+            baselined=result.baselined,
+            skipped=result.skipped,
+            color=color,
+        )
+        write_report(args.format, result.findings, out, context)
+    finally:
+        if args.output:
+            out.close()
+
+
+def rule_infos(backend) -> dict:
+    """id -> RuleInfo for every rule: the driver's own (SC001, SC002) and the rules package's."""
+    from streamcheck.report import RuleInfo
+    from streamcheck.scanning import DRIVER_RULES
+
+    docs = {**DRIVER_RULES, **backend.rule_docs}
+    return {rule_id: RuleInfo(rule_id, summary, doc) for rule_id, (summary, doc) in sorted(docs.items())}
+
+
+def _is_tty(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+class _Progress:
+    """A rich progress bar on stderr that appears only once extraction has run for a second, and only on a tty."""
+
+    DELAY_S = 1.0
+
+    def __init__(self, stream):
+        self._stream = stream
+        self._started = time.perf_counter()
+        self._bar = None
+        self._task = None
+
+    @classmethod
+    def maybe(cls, stream) -> "_Progress | None":
+        return cls(stream) if _is_tty(stream) else None
+
+    def __call__(self, done: int, total: int) -> None:
+        if self._bar is None:
+            if time.perf_counter() - self._started < self.DELAY_S or done >= total:
+                return
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._bar = Progress(TextColumn("scanning"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                                 console=Console(file=self._stream), transient=True)
+            self._bar.start()
+            self._task = self._bar.add_task("scan", total=total)
+        self._bar.update(self._task, completed=done)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()

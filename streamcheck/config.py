@@ -1,0 +1,244 @@
+"""`[tool.streamcheck]` in pyproject.toml, merged with the same options given on the command line.
+
+Keys (all optional):
+
+    select            rule ids or prefixes to report ("SC1" = every SC1xx); default: all rules
+    ignore            rule ids or prefixes never to report
+    per-file-ignores  {glob: [rule ids or prefixes]}; globs are relative to the config file's folder
+    exclude           globs of paths never scanned (replaces the default list)
+    extend-exclude    globs added to `exclude`
+    stream-contexts   extra callables whose `with` block switches the current stream (e.g. "my_accel.stream")
+    collectives       extra collective function names (e.g. "my_comm.all_gather_into")
+    sync-callables    extra callables that order streams (e.g. "my_accel.barrier_streams")
+    max-file-size-kb  files larger than this are skipped with a notice (generated code); default 1024
+
+A glob without "/" matches any single path component ("build", "*_pb2.py"); a glob with "/" matches the path
+relative to the project root ("src/gen/*"). An unknown key or a value of the wrong type is a ConfigError, which
+the scan command reports with exit 2, naming the key and the file.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from fnmatch import fnmatchcase
+from pathlib import Path
+from typing import Any
+
+DEFAULT_EXCLUDE = (
+    ".git", ".hg", ".svn", ".venv", "venv", ".tox", ".nox", "__pycache__", ".mypy_cache", ".pytest_cache",
+    ".ruff_cache", ".streamcheck_cache", ".eggs", "*.egg-info", "build", "dist", "node_modules", "site-packages",
+)
+DEFAULT_MAX_FILE_SIZE_KB = 1024
+
+
+class ConfigError(Exception):
+    """A bad option: `key` and `source` (file or "command line") say where, `message` says what is wrong."""
+
+    def __init__(self, source: str, key: str, message: str):
+        super().__init__(f"{source}: [tool.streamcheck] {key}: {message}" if source != "command line"
+                         else f"command line: {key}: {message}")
+        self.source, self.key, self.message = source, key, message
+
+
+@dataclass(frozen=True)
+class ScanConfig:
+    """Everything that decides what a scan reads and reports. `root` anchors relative globs."""
+
+    root: Path = field(default_factory=Path.cwd)
+    source: str = ""  # the pyproject.toml it came from, "" if none
+    select: tuple[str, ...] = ()
+    ignore: tuple[str, ...] = ()
+    per_file_ignores: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    exclude: tuple[str, ...] = DEFAULT_EXCLUDE
+    extend_exclude: tuple[str, ...] = ()
+    stream_contexts: tuple[str, ...] = ()
+    collectives: tuple[str, ...] = ()
+    sync_callables: tuple[str, ...] = ()
+    max_file_size_kb: int = DEFAULT_MAX_FILE_SIZE_KB
+
+    # -- what to report -------------------------------------------------------------------------------------------
+    def rule_enabled(self, rule_id: str) -> bool:
+        if self.select and not _matches_code(rule_id, self.select):
+            return False
+        return not _matches_code(rule_id, self.ignore)
+
+    def rule_enabled_for(self, rule_id: str, rel_path: str) -> bool:
+        """`rule_enabled`, then per-file-ignores for `rel_path` (relative to root, '/'-separated)."""
+        if not self.rule_enabled(rule_id):
+            return False
+        for pattern, codes in self.per_file_ignores:
+            if path_matches(rel_path, pattern) and _matches_code(rule_id, codes):
+                return False
+        return True
+
+    # -- what to read ---------------------------------------------------------------------------------------------
+    def is_excluded(self, rel_path: str) -> bool:
+        return any(path_matches(rel_path, p) for p in self.exclude + self.extend_exclude)
+
+    def relative(self, path: Path) -> str:
+        """`path` relative to root, '/'-separated; the absolute path if it lies outside root."""
+        try:
+            return Path(os.path.abspath(path)).relative_to(self.root).as_posix()
+        except ValueError:
+            return Path(os.path.abspath(path)).as_posix()
+
+    def static_options(self):
+        """The rules' StaticOptions for this config (imports the rules package, so call it only when scanning)."""
+        from streamcheck.rules.options import StaticOptions
+
+        return StaticOptions(
+            stream_contexts=self.stream_contexts, collectives=self.collectives, sync_callables=self.sync_callables
+        )
+
+
+def path_matches(rel_path: str, pattern: str) -> bool:
+    pattern = pattern.strip().rstrip("/")
+    if pattern.startswith("./"):
+        pattern = pattern[2:]
+    if "/" not in pattern:
+        return any(fnmatchcase(part, pattern) for part in rel_path.split("/"))
+    return fnmatchcase(rel_path, pattern) or fnmatchcase(rel_path, pattern + "/*")
+
+
+def _matches_code(rule_id: str, codes: tuple[str, ...]) -> bool:
+    return any(code == "ALL" or rule_id.startswith(code) for code in codes)
+
+
+# -- loading -----------------------------------------------------------------------------------------------------
+
+# key in the file -> (field name, kind)
+_KEYS: dict[str, tuple[str, str]] = {
+    "select": ("select", "codes"),
+    "ignore": ("ignore", "codes"),
+    "per-file-ignores": ("per_file_ignores", "per-file"),
+    "exclude": ("exclude", "strings"),
+    "extend-exclude": ("extend_exclude", "strings"),
+    "stream-contexts": ("stream_contexts", "strings"),
+    "collectives": ("collectives", "strings"),
+    "sync-callables": ("sync_callables", "strings"),
+    "max-file-size-kb": ("max_file_size_kb", "positive int"),
+}
+
+
+def find_pyproject(start: Path) -> Path | None:
+    """The nearest pyproject.toml at or above `start` that has a [tool.streamcheck] table."""
+    start = Path(os.path.abspath(start))
+    for folder in [start, *start.parents]:
+        candidate = folder / "pyproject.toml"
+        if candidate.is_file():
+            try:
+                text = candidate.read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                continue
+            if "tool.streamcheck" in text:  # cheap check before a full TOML parse
+                return candidate
+    return None
+
+
+def load_config(config_file: Path | None, start: Path, overrides: dict[str, Any] | None = None) -> ScanConfig:
+    """Read `config_file` (or the nearest pyproject.toml above `start`), then apply command-line overrides.
+
+    `overrides` uses the file's key names ("extend-exclude", ...); None values are ignored. Raises ConfigError.
+    """
+    if config_file is None:
+        config_file = find_pyproject(start)
+        root = Path(os.path.abspath(config_file.parent if config_file else Path.cwd()))
+    else:
+        root = Path(os.path.abspath(config_file.parent))
+    config = ScanConfig(root=root)
+    if config_file is not None:
+        table = _read_table(config_file)
+        config = replace(_apply(config, table, str(config_file)), source=str(config_file))
+    if overrides:
+        config = _apply(config, {k: v for k, v in overrides.items() if v is not None}, "command line")
+    return config
+
+
+def _read_table(path: Path) -> dict[str, Any]:
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        try:
+            import tomli as tomllib  # type: ignore[no-redef]
+        except ModuleNotFoundError:
+            raise ConfigError(str(path), "(file)", "reading TOML on Python 3.10 needs the 'tomli' package") from None
+    try:
+        with open(path, "rb") as handle:
+            data = tomllib.load(handle)
+    except OSError as exc:
+        raise ConfigError(str(path), "(file)", f"cannot read: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(str(path), "(file)", f"not valid TOML: {exc}") from None
+    table = data.get("tool", {}).get("streamcheck", {})
+    if not isinstance(table, dict):
+        raise ConfigError(str(path), "tool.streamcheck", "must be a table")
+    return table
+
+
+def _apply(config: ScanConfig, table: dict[str, Any], source: str) -> ScanConfig:
+    changes: dict[str, Any] = {}
+    for key, value in table.items():
+        spec = _KEYS.get(key)
+        if spec is None:
+            hint = _close_key(key)
+            raise ConfigError(source, key, "unknown option" + (f" (did you mean {hint!r}?)" if hint else "")
+                              + f"; known: {', '.join(_KEYS)}")
+        name, kind = spec
+        changes[name] = _convert(source, key, kind, value)
+    return replace(config, **changes)
+
+
+def _convert(source: str, key: str, kind: str, value: Any) -> Any:
+    if kind == "positive int":
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ConfigError(source, key, f"must be a positive integer, not {value!r}")
+        return value
+    if kind == "per-file":
+        if not isinstance(value, dict):
+            raise ConfigError(source, key, f"must be a table of glob = [rule ids], not {type(value).__name__}")
+        return tuple((str(glob), _convert(source, f"{key}.{glob}", "codes", codes)) for glob, codes in value.items())
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(source, key, f"must be a list of strings, not {value!r}")
+    items = tuple(v.strip() for v in value if v.strip())
+    if kind == "codes":
+        bad = [v for v in items if v != "ALL" and not _looks_like_code(v)]
+        if bad:
+            raise ConfigError(source, key, f"not a rule id or prefix: {', '.join(map(repr, bad))} (e.g. 'SC101', 'SC1')")
+        items = tuple(v.upper() for v in items)
+    return items
+
+
+def _looks_like_code(text: str) -> bool:
+    text = text.upper()
+    return text.startswith("SC") and text[2:].isdigit() and len(text) <= 5
+
+
+def _close_key(key: str) -> str | None:
+    import difflib
+
+    match = difflib.get_close_matches(key.replace("_", "-"), list(_KEYS), n=1, cutoff=0.6)
+    return match[0] if match else None
+
+
+def split_csv(values: list[str] | None) -> list[str] | None:
+    """Command-line lists: repeatable options whose values may also be comma-separated."""
+    if values is None:
+        return None
+    return [item.strip() for value in values for item in value.split(",") if item.strip()]
+
+
+def parse_per_file_ignores(values: list[str] | None) -> dict[str, list[str]] | None:
+    """`--per-file-ignores 'tests/*:SC101,SC102'` (repeatable) -> {glob: [codes]}."""
+    if values is None:
+        return None
+    table: dict[str, list[str]] = {}
+    for value in values:
+        glob, sep, codes = value.rpartition(":")
+        if not sep or not glob:
+            raise ConfigError("command line", "--per-file-ignores", f"expected GLOB:CODES, got {value!r}")
+        table.setdefault(glob, []).extend(c.strip() for c in codes.split(",") if c.strip())
+    return table
+

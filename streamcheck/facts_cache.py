@@ -1,0 +1,79 @@
+"""Per-file Facts on disk, so a warm scan re-parses only what changed.
+
+An entry's key hashes the file's bytes, the path reports use for it (Facts carry it), streamcheck's version plus a
+stamp of the rules' source files (a rules edit in a development checkout must not serve stale Facts), and the
+options' cache_key() (extra stream contexts change what a file's Facts hold). Keys never need invalidation: a change
+makes a new key. Entries are written atomically; a cache that cannot be written is silently not used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+CACHE_DIR_NAME = ".streamcheck_cache"
+
+
+def code_stamp(package_dir: str | Path, version: str) -> str:
+    """streamcheck's version and the (name, size, mtime) of every module of a package: changes when its code does."""
+    parts = [version]
+    try:
+        with os.scandir(package_dir) as entries:
+            for entry in sorted(entries, key=lambda e: e.name):
+                if entry.name.endswith(".py"):
+                    info = entry.stat()
+                    parts.append(f"{entry.name}:{info.st_size}:{info.st_mtime_ns}")
+    except OSError:
+        pass
+    return hashlib.blake2b("|".join(parts).encode(), digest_size=12).hexdigest()
+
+
+class FactsCache:
+    """JSON entries under <dir>/facts/<key[:2]>/<key>.json."""
+
+    def __init__(self, directory: str | Path, stamp: str, options_key: str):
+        self.directory = Path(directory)
+        self._salt = f"{stamp}\x1f{options_key}\x1f"
+
+    def key(self, display_path: str, digest: str) -> str:
+        return hashlib.blake2b(f"{self._salt}{display_path}\x1f{digest}".encode(), digest_size=20).hexdigest()
+
+    def _file(self, key: str) -> Path:
+        return self.directory / "facts" / key[:2] / f"{key}.json"
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        try:
+            with open(self._file(key), "rb") as handle:
+                return json.loads(handle.read())
+        except (OSError, ValueError):
+            return None
+
+    def put(self, key: str, entry: dict[str, Any]) -> None:
+        target = self._file(key)
+        try:
+            if not target.parent.is_dir():
+                self._prepare()
+                target.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".tmp")
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                json.dump(entry, handle, separators=(",", ":"))
+            os.replace(tmp, target)
+        except (OSError, TypeError, ValueError):
+            try:
+                os.unlink(tmp)  # type: ignore[possibly-undefined]
+            except (OSError, NameError):
+                pass
+
+    def _prepare(self) -> None:
+        # Keep the cache out of git and of backups, like other tools' caches.
+        self.directory.mkdir(parents=True, exist_ok=True)
+        ignore = self.directory / ".gitignore"
+        if not ignore.exists():
+            ignore.write_text("# created by streamcheck\n*\n", encoding="utf-8")
+        tag = self.directory / "CACHEDIR.TAG"
+        if not tag.exists():
+            tag.write_text("Signature: 8a477f597d28d172789f06886806bc55\n# streamcheck facts cache\n", encoding="utf-8")

@@ -1,0 +1,115 @@
+"""`--format text` (default): for each finding its position, rule, message, the source line with a caret, the
+related locations (the write, the read, the stream context, ...), the runtime count and data, and the fix hint.
+
+Rendered with rich Text objects (never markup, so `[SC101]` in a message is printed as is); colours only when the
+command says so (a terminal without NO_COLOR).
+"""
+
+from __future__ import annotations
+
+import linecache
+from typing import TextIO
+
+from rich.console import Console
+from rich.text import Text
+
+from streamcheck.findings import Finding, Location
+from streamcheck.report import ReportContext, count_by_rule
+
+_SEVERITY_STYLE = {"error": "bold red", "warning": "bold yellow"}
+
+
+def write(findings: list[Finding], out: TextIO, context: ReportContext) -> None:
+    console = Console(file=out, highlight=False, soft_wrap=True, emoji=False, force_terminal=context.color,
+                      no_color=not context.color, color_system="auto" if context.color else None)
+    for finding in findings:
+        console.print(render_finding(finding))
+    console.print(summary(findings, context))
+
+
+def render_finding(finding: Finding) -> Text:
+    text = Text()
+    text.append(finding.primary.short(), style="bold")
+    text.append(": ")
+    text.append(finding.rule, style=_SEVERITY_STYLE.get(finding.severity, "bold cyan"))
+    if finding.kind:
+        text.append(f" {finding.kind}", style="magenta")
+    text.append(f" {finding.message}")
+    if finding.count > 1:
+        text.append(f" (seen {finding.count} times)", style="dim")
+    text.append("\n")
+    _source_block(text, finding.primary)
+    for loc in finding.related:
+        text.append(f"  {loc.role or 'see':<15}", style="cyan")
+        text.append(loc.short())
+        if loc.note:
+            text.append(f"  {loc.note}", style="dim")
+        line = _line_text(loc)
+        if line:
+            text.append(f"  | {line.strip()}", style="dim")
+        text.append("\n")
+    for key, value in finding.extra.items():
+        text.append(f"  {key:<15}", style="cyan")
+        text.append(_plain(value) + "\n")
+    if finding.fix:
+        text.append("  fix: ", style="bold green")
+        text.append(finding.fix + "\n")
+    return text
+
+
+def _source_block(text: Text, loc: Location) -> None:
+    line = _file_line(loc)
+    gutter = f"{loc.line:>6} | "
+    if not line:  # the file is not at hand: show the stored snippet, without a caret (its indent is gone)
+        if loc.snippet:
+            text.append(gutter, style="dim")
+            text.append(loc.snippet + "\n")
+        return
+    indent = len(line) - len(line.lstrip())
+    shown = line.strip()
+    text.append(gutter, style="dim")
+    text.append(shown + "\n")
+    caret_at = max(0, loc.column - 1 - indent)
+    width = 1
+    if loc.end_column and loc.end_line in (None, loc.line) and loc.end_column > loc.column:
+        width = loc.end_column - loc.column
+    text.append(" " * (len(gutter) + caret_at))
+    text.append("^" * max(1, min(width, len(shown) - caret_at)) + "\n", style="bold red")
+
+
+def _file_line(loc: Location) -> str:
+    """The full source line, if the file is at hand and still says what the finding saw (the column needs it)."""
+    linecache.checkcache(loc.path)  # the file may have changed since an earlier report in this process
+    line = linecache.getline(loc.path, loc.line).rstrip("\r\n")
+    if line.strip() and (not loc.snippet or " ".join(line.split()) == " ".join(loc.snippet.split())):
+        return line
+    return ""
+
+
+def _line_text(loc: Location) -> str:
+    return _file_line(loc) or loc.snippet
+
+
+def _plain(value) -> str:
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={_plain(v)}" for k, v in value.items())
+    return str(value)
+
+
+def summary(findings: list[Finding], context: ReportContext) -> Text:
+    files = f"{context.files} file{'s' if context.files != 1 else ''}"
+    extra = []
+    if context.suppressed:
+        extra.append(f"{context.suppressed} suppressed inline")
+    if context.baselined:
+        extra.append(f"{context.baselined} in the baseline")
+    if context.skipped:
+        extra.append(f"{len(context.skipped)} file{'s' if len(context.skipped) != 1 else ''} skipped")
+    tail = f" ({', '.join(extra)})" if extra else ""
+    if not findings:
+        return Text(f"No findings in {files}{tail}.", style="bold green")
+    by_rule = ", ".join(f"{rule} x{n}" for rule, n in count_by_rule(findings).items())
+    noun = "finding" if len(findings) == 1 else "findings"
+    return Text(f"Found {len(findings)} {noun} in {files}: {by_rule}{tail}.", style="bold")

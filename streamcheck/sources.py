@@ -1,0 +1,179 @@
+"""Which files a scan reads, and reading them without ever raising.
+
+Discovery walks the given folders for `*.py` (and `*.pyi`), prunes excluded folders before descending, and does not
+follow symlinked folders (so a symlink loop cannot make it spin). Reading turns every way a file can be unreadable
+into an `Unreadable` with one clear sentence: permission denied, a symlink loop, not UTF-8 (or not the encoding its
+coding cookie names), a binary file, a file too large to be hand-written source.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import codecs
+import os
+import re
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from streamcheck.config import ScanConfig
+
+PYTHON_SUFFIXES = (".py", ".pyi")
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    """A file to scan: where it is on disk, how reports name it, and its path relative to the project root."""
+
+    disk_path: str
+    display: str  # as given to the scanner, '/'-separated, no leading './'
+    rel: str  # relative to the config root, for excludes and per-file-ignores
+
+
+@dataclass(frozen=True)
+class Source:
+    """A file's text and the hash of its bytes."""
+
+    text: str
+    digest: str
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """Why a file could not be read as Python source; line/column when the problem has a position."""
+
+    message: str
+    line: int = 1
+    column: int = 1
+    skip: bool = False  # True: skipped on purpose (too large) -> a notice, not a finding
+
+
+class MissingPath(Exception):
+    """A path given on the command line does not exist."""
+
+
+def display_path(path: str) -> str:
+    norm = os.path.normpath(path)
+    return norm.replace(os.sep, "/")
+
+
+def discover(paths: list[str], config: ScanConfig) -> list[SourceFile]:
+    """The Python files under `paths`, excluded ones left out, each once, in a stable order.
+
+    A file named explicitly is scanned whatever its suffix, unless excluded (so pre-commit's file lists obey the
+    project's excludes too). Raises MissingPath for a path that does not exist at all.
+    """
+    found: dict[str, SourceFile] = {}
+    for given in paths:
+        if not os.path.lexists(given):
+            raise MissingPath(given)
+        if os.path.isdir(given):
+            for disk_path in _walk(given, config):
+                _add(found, disk_path, config)
+        else:  # a file, or a symlink that leads nowhere (reading it reports why)
+            _add(found, given, config)
+    return sorted(found.values(), key=lambda f: f.display)
+
+
+def _add(found: dict[str, SourceFile], disk_path: str, config: ScanConfig) -> None:
+    rel = config.relative(Path(disk_path))
+    if config.is_excluded(rel):
+        return
+    key = os.path.abspath(disk_path)
+    if key not in found:
+        found[key] = SourceFile(disk_path=disk_path, display=display_path(disk_path), rel=rel)
+
+
+def _walk(top: str, config: ScanConfig):
+    # os.walk does not descend into symlinked folders (followlinks=False), so loops are impossible; pruning dirnames
+    # in place keeps it out of excluded trees such as .venv.
+    for folder, dirnames, filenames in os.walk(top, onerror=None, followlinks=False):
+        dirnames[:] = sorted(d for d in dirnames if not config.is_excluded(config.relative(Path(folder, d))))
+        for name in sorted(filenames):
+            if name.endswith(PYTHON_SUFFIXES):
+                yield os.path.join(folder, name)
+
+
+def read_source(disk_path: str, max_bytes: int) -> Source | Unreadable:
+    """The file's text, or why it cannot be scanned. Never raises."""
+    try:
+        info = os.stat(disk_path)
+        if not stat.S_ISREG(info.st_mode):
+            return Unreadable("not a regular file", skip=True)
+        if info.st_size > max_bytes:
+            return Unreadable(
+                f"skipped: {info.st_size / 1e6:.1f} MB is over the {max_bytes // 1024} kB limit for hand-written "
+                "source (generated code?); exclude it, or raise max-file-size-kb in [tool.streamcheck]",
+                skip=True,
+            )
+        with open(disk_path, "rb") as handle:
+            data = handle.read()
+    except OSError as exc:
+        return Unreadable(_os_error_text(exc))
+    return decode(data)
+
+
+def decode(data: bytes) -> Source | Unreadable:
+    """Bytes -> text as Python would decode them (BOM, PEP 263 coding cookie, else UTF-8)."""
+    nul = data.find(b"\0")
+    if nul >= 0:
+        line, column = _position(data, nul)
+        return Unreadable(f"binary file (NUL byte at line {line}, column {column}), not Python source", line, column)
+    encoding = _declared_encoding(data)
+    if isinstance(encoding, Unreadable):
+        return encoding
+    try:
+        text = data.decode(encoding)
+    except UnicodeDecodeError as exc:
+        line, column = _position(data, exc.start)
+        name = "UTF-8" if encoding in ("utf-8", "utf-8-sig") else encoding
+        return Unreadable(
+            f"not valid {name}: byte 0x{data[exc.start]:02x} at line {line}, column {column} "
+            "(save the file as UTF-8, or declare its encoding with a '# -*- coding: ... -*-' line)",
+            line,
+            column,
+        )
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    return Source(text=text, digest=hashlib.blake2b(data, digest_size=20).hexdigest())
+
+
+_COOKIE = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)")
+
+
+def _declared_encoding(data: bytes) -> str | Unreadable:
+    """PEP 263: a coding cookie on line 1 or 2 (line 2 only if line 1 is a comment or blank), else UTF-8."""
+    if data.startswith(codecs.BOM_UTF8):
+        return "utf-8-sig"
+    lines = data.split(b"\n", 2)[:2]
+    for number, line in enumerate(lines, 1):
+        match = _COOKIE.match(line)
+        if match:
+            name = match.group(1).decode("ascii", "replace")
+            try:
+                return codecs.lookup(name).name
+            except LookupError:
+                return Unreadable(f"unknown encoding {name!r} in the coding declaration", number)
+        if line.strip() and not line.lstrip().startswith(b"#"):
+            break
+    return "utf-8"
+
+
+def _position(data: bytes, offset: int) -> tuple[int, int]:
+    line = data.count(b"\n", 0, offset) + 1
+    column = offset - (data.rfind(b"\n", 0, offset) + 1) + 1
+    return line, column
+
+
+def _os_error_text(exc: OSError) -> str:
+    import errno
+
+    if exc.errno == errno.ELOOP:
+        return "cannot read: symlink loop (too many levels of symbolic links)"
+    if exc.errno == errno.ENOENT:
+        return "cannot read: broken symlink or file vanished during the scan"
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return "cannot read: permission denied"
+    if exc.errno == errno.EISDIR:
+        return "cannot read: is a folder"
+    return f"cannot read: {exc.strerror or exc}"
