@@ -42,7 +42,8 @@ Ranges = Iterable  # of (storage, start, end)
 class Access:
     """One kernel's (or host op's, or free's) reads or writes: who, enqueued by which thread, where, when.
 
-    `clock` is the actor's own time at the access (its epoch); `seq` is the trace index of the event.
+    `clock` is the actor's own time at the access (its epoch); `seq` is the trace index of the event. `stream` is
+    set for collectives only: the stream the collective was launched from (the only one its comm waits for).
     """
 
     actor: str
@@ -52,6 +53,7 @@ class Access:
     op: str
     seq: int
     clock: int = 0
+    stream: str = ""
 
 
 @dataclass(slots=True)
@@ -168,9 +170,9 @@ class Detector:
         clocks.send(thread, stream)
         clock = clocks.send(stream, comm)
         if reads:
-            self._access(Access(comm, thread, False, site, op, seq, clock[comm]), clock, reads)
+            self._access(Access(comm, thread, False, site, op, seq, clock[comm], stream), clock, reads)
         if writes:
-            self._access(Access(comm, thread, True, site, op, seq, clock[comm]), clock, writes)
+            self._access(Access(comm, thread, True, site, op, seq, clock[comm], stream), clock, writes)
         if work is not None:
             clocks.finish_work(work, comm)
         if not async_op:

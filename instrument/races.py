@@ -1,0 +1,132 @@
+"""Race -> Finding: where the two accesses are, which stream waits for which, and the edge that would fix it.
+
+Rule ids: SC201 a RAW / WAR / WAW race between streams, SC202 FREE (freed while another stream may still use it),
+SC203 HOST (the host touches memory a stream still owns, or a stream touches memory the host is still using).
+The primary location is the later access; related: the earlier access (role write/read) and a "sync" location —
+the earlier site, after which the missing edge must start.
+"""
+
+from __future__ import annotations
+
+import linecache
+from typing import Mapping
+
+from streamcheck.findings import ROLE_FREE, ROLE_READ, ROLE_SYNC, ROLE_WRITE, Finding, Location
+
+from .detector import Access, Race
+
+RULE_OF_KIND = {"RAW": "SC201", "WAR": "SC201", "WAW": "SC201", "FREE": "SC202", "HOST": "SC203"}
+
+
+class Names:
+    """What a trace says about sites, streams and storages, for messages."""
+
+    def __init__(self, sites: Mapping[int, list] | None = None, stream_names: Mapping[str, str] | None = None,
+                 storage_infos: Mapping[int, dict] | None = None) -> None:
+        self.sites = sites or {}
+        self.stream_names = stream_names or {}
+        self.storage_infos = storage_infos or {}
+
+    @classmethod
+    def of(cls, source) -> "Names":
+        """From anything with `sites`, `stream_names` and `storage_infos` (a Detector, a HappensBefore graph)."""
+        return cls(source.sites, source.stream_names, source.storage_infos)
+
+    def frame(self, site: int) -> tuple[str, int, str] | None:
+        frames = self.sites.get(site)
+        if not frames:
+            return None
+        path, line, function = (list(frames[0]) + ["", 0, ""])[:3]
+        return str(path), int(line or 0), str(function)
+
+    def where(self, site: int) -> str:
+        """"file.py:12" for a known site, "an unknown site" otherwise. Paths are shortened to the file name."""
+        frame = self.frame(site)
+        if frame is None:
+            return "an unknown site"
+        return f"{frame[0].rsplit('/', 1)[-1]}:{frame[1]}"
+
+    def location(self, access: Access, role: str, note: str = "") -> Location:
+        frame = self.frame(access.site)
+        if frame is None:
+            return Location(path="<unknown>", line=0, role=role, note=note or f"{access.op} on {access.actor}")
+        path, line, function = frame
+        snippet = linecache.getline(path, line).strip() if line > 0 else ""
+        return Location(path=path, line=line, role=role, note=note or function, snippet=snippet)
+
+    def actor(self, actor: str) -> str:
+        """"cuda:0/s1 (side stream created at coordinator.py:115)" when the trace named it."""
+        name = self.stream_names.get(actor)
+        return f"{actor} ({name})" if name else actor
+
+    def storage(self, race: Race) -> str:
+        info = self.storage_infos.get(race.storage) or {}
+        label = info.get("name") or f"storage 0x{race.storage:x}"
+        shape = f" {info['dtype']}{list(info['shape'])}" if "shape" in info and "dtype" in info else ""
+        return f"{label}{shape} bytes [{race.start}, {race.end})"
+
+
+def _verb(access: Access) -> str:
+    if access.op == "free":
+        return "free"
+    return "write" if access.is_write else "read"
+
+
+def _waiter(access: Access) -> str:
+    """The actor that must wait: a collective's comm waits only for the stream it was launched from."""
+    return access.stream or access.actor
+
+
+def missing_edge(race: Race, names: Names) -> str:
+    """One sentence: which edge to add, from where, to where."""
+    earlier, later = race.earlier, race.later
+    after = names.where(earlier.site)
+    before = names.where(later.site)
+    source = names.actor(earlier.actor)
+    earlier_is_host = earlier.actor == earlier.thread
+    later_is_host = later.actor == later.thread
+    if race.kind == "FREE":
+        return (f"call record_stream({earlier.actor}) on the tensor before it is freed at {before}, or make "
+                f"{names.actor(later.actor)} wait for {source} after {after} before the free")
+    if later_is_host and earlier_is_host:
+        return (f"host thread {later.actor} must be ordered after {earlier.actor} after {after} (join the thread "
+                f"or hand over with a lock/queue) before {before}")
+    if later_is_host:
+        return (f"host thread {later.actor} synchronizes {source} (or an event recorded on it after {after}) "
+                f"before {before}")
+    if earlier_is_host:
+        return (f"the host work of {earlier.actor} at {after} must happen before {later.thread} enqueues {before} "
+                f"(join the thread or synchronize first)")
+    waiter = names.actor(_waiter(later))
+    return (f"{waiter} waits for {source} after {after} (e.g. `{_waiter(later)}.wait_stream({earlier.actor})` or an "
+            f"event recorded there and waited on), before {before}")
+
+
+def race_finding(race: Race, names: Names) -> Finding:
+    earlier, later = race.earlier, race.later
+    fix = missing_edge(race, names)
+    message = (f"{race.kind} race on {names.storage(race)}: {_verb(later)} on {names.actor(later.actor)} at "
+               f"{names.where(later.site)} is not ordered after the {_verb(earlier)} on "
+               f"{names.actor(earlier.actor)} at {names.where(earlier.site)}")
+    primary = names.location(later, ROLE_READ if not later.is_write else ROLE_WRITE)
+    if later.op == "free":
+        primary = names.location(later, ROLE_FREE)
+    related = (
+        names.location(earlier, ROLE_WRITE if earlier.is_write else ROLE_READ),
+        names.location(earlier, ROLE_SYNC, note=f"missing edge: {fix}"),
+    )
+    frame = names.frame(later.site)
+    extra = {
+        "storage": race.storage,
+        "start": race.start,
+        "end": race.end,
+        "earlier": _access_dict(earlier),
+        "later": _access_dict(later),
+    }
+    return Finding(rule=RULE_OF_KIND[race.kind], message=message, primary=primary, related=related, fix=fix,
+                   kind=race.kind, symbol=frame[2] if frame else "", extra=extra)
+
+
+def _access_dict(access: Access) -> dict:
+    return {"actor": access.actor, "thread": access.thread, "is_write": access.is_write, "site": access.site,
+            "op": access.op, "seq": access.seq, "stream": access.stream}

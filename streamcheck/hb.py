@@ -1,0 +1,345 @@
+"""The happens-before relation of a recorded trace as a networkx DiGraph: the explanation and the test oracle.
+
+Graph: one chain of nodes per actor (program order). Each event adds a node to the chain of the actor it changes,
+with an edge from the last node of every actor (or event / work) it is ordered after:
+- kernel / event_record / event_wait / work_wait / stream_created / collective launch on S by T: a node on S after
+  T's last node ("enqueue"); event_record remembers the node, event_wait adds an edge from it ("event");
+  event_destroy forgets it;
+- sync_event / sync_stream / sync_device by T: a node on T after the event / S / every stream of that device;
+- collective on comm N from S: node on S (enqueue), then an access node on N after it; the work remembers the
+  N node; a blocking collective adds a node on S after it; work_wait adds an S node (and, blocking, a T node)
+  after the remembered N node;
+- thread_start: a node on the child after the parent; thread_join: a node on the parent after the child;
+- host_access: a node on T; free: a node on no chain, after the allocation stream, the freeing thread and every
+  stream given to record_stream.
+Access A happens before access B iff there is a path from A's node to B's node.
+
+Which races (the same definition as instrument/detector.py, computed independently): for every access X (in trace
+order; a kernel's reads before its writes, ranges in the given order) and every byte b it touches, the candidates
+are the last write of b before X and, if X is a write, the latest read of b by each actor since that write. A
+candidate by another actor, conflicting with X (not both reads) and with no path to X, races with X. Pairs are
+merged over bytes into one Race per (later access, earlier access, storage) spanning the bytes where they met.
+This is computed by scanning each storage's full history backwards with interval sets (no epochs, no segments), so
+the property test compares two different algorithms on one definition. It is quadratic: meant for tests,
+witnesses and small traces; `streamcheck analyze` uses the online detector to find races.
+
+A witness explains one race: the two accesses and their actors, the missing edge (from the earlier access to the
+later access, or to the launch of the collective that made it), and the last point of the earlier actor that is
+ordered before the later access, if any. `witness_dot` draws the neighbourhood as Graphviz DOT.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+import networkx as nx
+
+from streamcheck.instrument.clocks import device_of
+from streamcheck.instrument.detector import Access, Race, race_kind
+from streamcheck.instrument.trace import EVENTS, event_arguments
+
+Intervals = list  # sorted, disjoint [(start, end), ...]
+
+
+def _intersect(intervals: Intervals, start: int, end: int) -> Intervals:
+    return [(max(a, start), min(b, end)) for a, b in intervals if a < end and start < b]
+
+
+def _subtract(intervals: Intervals, start: int, end: int) -> Intervals:
+    out = []
+    for a, b in intervals:
+        if b <= start or end <= a:
+            out.append((a, b))
+            continue
+        if a < start:
+            out.append((a, start))
+        if end < b:
+            out.append((end, b))
+    return out
+
+
+def _union(intervals: Intervals, more: Intervals) -> Intervals:
+    merged: Intervals = []
+    for a, b in sorted(intervals + more):
+        if merged and a <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+        else:
+            merged.append((a, b))
+    return merged
+
+
+def _minus(intervals: Intervals, other: Intervals) -> Intervals:
+    for a, b in other:
+        intervals = _subtract(intervals, a, b)
+    return intervals
+
+
+@dataclass
+class Witness:
+    """Why two accesses race: their nodes, the edge that would order them, and the closest existing ordering."""
+
+    race: Race
+    earlier_node: int
+    later_node: int
+    missing_edge: tuple[int, int]
+    waiter: str  # the actor that must wait (the launch stream of a collective, else the later actor)
+    last_ordered: int | None  # latest node of the earlier actor's chain that is ordered before the later access
+
+
+class HappensBefore:
+    """Builds the graph from trace events (`add(event, seq)` or `from_events`) and finds races by reachability."""
+
+    def __init__(self) -> None:
+        self.graph = nx.DiGraph()
+        self.chains: dict[str, list[int]] = {}
+        self.sites: dict[int, list] = {}
+        self.stream_names: dict[str, str] = {}
+        self.storage_infos: dict[int, dict] = {}
+        self.access_nodes: dict[tuple[int, str], int] = {}  # (seq, actor) -> node
+        self._found: list[Race] = []
+        self._events: dict[int, int] = {}
+        self._works: dict[int, int] = {}
+        self._allocations: dict[int, tuple[str | None, set]] = {}
+        self._history: dict[int, list[tuple[Access, int, int, int]]] = {}  # storage -> (access, node, start, end)
+
+    @classmethod
+    def from_events(cls, events: Iterable[dict]) -> "HappensBefore":
+        hb = cls()
+        seq = 0
+        for event in events:
+            if event.get("e") == "header":
+                continue
+            if event.get("e") in EVENTS:
+                hb.add(event, seq)
+            seq += 1
+        return hb
+
+    # ---- building -------------------------------------------------------------------------------------------------
+    def _node(self, actor: str | None, seq: int, label: str, after: Iterable[tuple[int | None, str]] = ()) -> int:
+        node = self.graph.number_of_nodes()
+        self.graph.add_node(node, actor=actor or "", seq=seq, label=label)
+        if actor is not None:
+            chain = self.chains.setdefault(actor, [])
+            if chain:
+                self.graph.add_edge(chain[-1], node, kind="program")
+            chain.append(node)
+        for source, kind in after:
+            if source is not None:
+                self.graph.add_edge(source, node, kind=kind)
+        return node
+
+    def last(self, actor: str) -> int | None:
+        chain = self.chains.get(actor)
+        return chain[-1] if chain else None
+
+    def add(self, event: dict, seq: int) -> None:
+        """Add one trace event (a dict as read_trace yields it) with its index."""
+        name = event["e"]
+        a = event_arguments(event, seq)
+        if name in ("kernel", "host_access"):
+            actor = a["stream"] if name == "kernel" else a["thread"]
+            after = [(self.last(a["thread"]), "enqueue")] if name == "kernel" else []
+            node = self._node(actor, seq, a.get("op", "") or name, after)
+            self._accesses(node, actor, a["thread"], a, seq, "")
+        elif name in ("stream_created", "event_record", "event_wait"):
+            after = [(self.last(a["thread"]), "enqueue")]
+            if name == "event_wait":
+                after.append((self._events.get(a["event"]), "event"))
+            node = self._node(a["stream"], seq, name.replace("_", " "), after)
+            if name == "event_record":
+                self._events[a["event"]] = node
+        elif name == "event_destroy":
+            self._events.pop(a["event"], None)
+        elif name == "sync_event":
+            self._node(a["thread"], seq, "event synchronize", [(self._events.get(a["event"]), "sync")])
+        elif name == "sync_stream":
+            self._node(a["thread"], seq, "stream synchronize", [(self.last(a["stream"]), "sync")])
+        elif name == "sync_device":
+            streams = [actor for actor in self.chains if device_of(actor) == a["device"]]
+            self._node(a["thread"], seq, "device synchronize", [(self.last(s), "sync") for s in streams])
+        elif name == "thread_start":
+            self._node(a["child"], seq, "thread start", [(self.last(a["parent"]), "thread")])
+        elif name == "thread_join":
+            self._node(a["parent"], seq, "thread join", [(self.last(a["child"]), "thread")])
+        elif name == "collective":
+            launch = self._node(a["stream"], seq, f"launch {a.get('op', '') or 'collective'}",
+                                [(self.last(a["thread"]), "enqueue")])
+            node = self._node(a["comm"], seq, a.get("op", "") or "collective", [(launch, "collective")])
+            self._accesses(node, a["comm"], a["thread"], a, seq, a["stream"])
+            if a.get("work") is not None:
+                self._works[a["work"]] = node
+            if not a.get("async_op", False):
+                self._node(a["stream"], seq, "collective end", [(node, "collective")])
+        elif name == "work_wait":
+            done = self._works.get(a["work"])
+            self._node(a["stream"], seq, "work wait", [(self.last(a["thread"]), "enqueue"), (done, "work")])
+            if a.get("blocking", False):
+                self._node(a["thread"], seq, "work wait (blocking)", [(done, "work")])
+        elif name == "alloc":
+            self._history.pop(a["storage"], None)
+            self._allocations[a["storage"]] = (a["stream"], set())
+        elif name == "record_stream":
+            self._allocations.setdefault(a["storage"], (None, set()))[1].add(a["stream"])
+        elif name == "free":
+            self._free(a, seq)
+        elif name == "site":
+            self.sites[a["id"]] = a["frames"]
+        elif name == "stream_name":
+            self.stream_names[a["stream"]] = a["name"]
+        elif name == "storage_info":
+            self.storage_infos[a["storage"]] = {k: v for k, v in a.items() if k != "storage"}
+
+    def _accesses(self, node: int, actor: str, thread: str, a: dict, seq: int, stream: str) -> None:
+        self.access_nodes[(seq, actor)] = node
+        site, op = a.get("site", -1), a.get("op", "")
+        for is_write, ranges in ((False, a.get("reads") or ()), (True, a.get("writes") or ())):
+            if not ranges:
+                continue
+            access = Access(actor, thread, is_write, site, op, seq, 0, stream)
+            met: dict[tuple, Race] = {}
+            for storage, start, end in ranges:
+                if start >= end:
+                    continue
+                self._check(access, node, storage, [(start, end)], met)
+                self._history.setdefault(storage, []).append((access, node, start, end))
+            self._found.extend(met.values())
+
+    def _free(self, a: dict, seq: int) -> None:
+        storage = a["storage"]
+        stream, recorded = self._allocations.pop(storage, (None, set()))
+        history = self._history.get(storage)
+        if stream is not None and history:
+            after = [(self.last(stream), "free"), (self.last(a["thread"]), "free")]
+            after += [(self.last(r), "record_stream") for r in sorted(recorded)]
+            node = self._node(None, seq, "free", after)
+            self.graph.nodes[node]["actor"] = stream
+            self.access_nodes[(seq, stream)] = node
+            access = Access(stream, a["thread"], True, a.get("site", -1), "free", seq, 0, "")
+            touched: Intervals = []
+            for _, _, start, end in history:
+                touched = _union(touched, [(start, end)])
+            met: dict[tuple, Race] = {}
+            self._check(access, node, storage, touched, met)
+            self._found.extend(met.values())
+        self._history.pop(storage, None)  # nothing can touch a freed block again: its history ends here
+
+    def _check(self, access: Access, node: int, storage: int, bytes_: Intervals, met: dict) -> None:
+        """Races of `access` (at `node`) on `bytes_` of `storage`, merged into `met` by earlier access."""
+        uncovered = bytes_  # bytes whose last write is still to be found, scanning backwards
+        later_reads: dict[str, Intervals] = {}  # actor -> bytes where a later read by that actor was already seen
+        for earlier, earlier_node, start, end in reversed(self._history.get(storage, ())):
+            if not uncovered:
+                break
+            overlap = _intersect(uncovered, start, end)
+            if not overlap:
+                continue
+            if earlier.is_write:
+                candidate = overlap
+                uncovered = _subtract(uncovered, start, end)
+            else:
+                seen = later_reads.get(earlier.actor, [])
+                candidate = _minus(overlap, seen)
+                later_reads[earlier.actor] = _union(seen, overlap)
+                if not access.is_write:
+                    continue
+            if not candidate or earlier.actor == access.actor:
+                continue
+            if nx.has_path(self.graph, earlier_node, node):
+                continue
+            key = (storage, earlier.seq, earlier.is_write)
+            lo, hi = candidate[0][0], candidate[-1][1]
+            race = met.get(key)
+            if race is None:
+                met[key] = Race(race_kind(earlier, access), storage, lo, hi, earlier, access)
+            else:
+                race.start, race.end = min(race.start, lo), max(race.end, hi)
+
+    # ---- queries --------------------------------------------------------------------------------------------------
+    def races(self) -> list[Race]:
+        """Every race of the trace, in the order the later accesses happened."""
+        return list(self._found)
+
+    def ordered(self, earlier: Access, later: Access) -> bool:
+        """Is there a happens-before path from one access to the other?"""
+        return nx.has_path(self.graph, self.node_of(earlier), self.node_of(later))
+
+    def node_of(self, access: Access) -> int:
+        return self.access_nodes[(access.seq, access.actor)]
+
+    def witness(self, race: Race) -> Witness:
+        earlier_node = self.node_of(race.earlier)
+        later_node = self.node_of(race.later)
+        waiter = race.later.stream or race.later.actor
+        target = later_node
+        if race.later.stream:  # a collective: its comm waits for the launch stream, so the edge goes there
+            target = next((p for p in self.graph.predecessors(later_node)
+                           if self.graph.nodes[p]["actor"] == waiter), later_node)
+        ancestors = nx.ancestors(self.graph, later_node)
+        last_ordered = None
+        for node in self.chains.get(race.earlier.actor, []):
+            if node >= earlier_node:
+                break
+            if node in ancestors:
+                last_ordered = node
+        return Witness(race, earlier_node, later_node, (earlier_node, target), waiter, last_ordered)
+
+    def witness_subgraph(self, witness: Witness, context: int = 4) -> nx.DiGraph:
+        """The two chains around the race, the edges among them, and the missing edge (attribute missing=True)."""
+        keep: set[int] = {witness.earlier_node, witness.later_node, *witness.missing_edge}
+        earlier_chain = self.chains.get(witness.race.earlier.actor, [])
+        if witness.earlier_node in earlier_chain:
+            i = earlier_chain.index(witness.earlier_node)
+            keep.update(earlier_chain[max(0, i - context): i + context + 1])
+        for actor in {witness.waiter, witness.race.later.actor}:
+            chain = self.chains.get(actor, [])
+            for node in (witness.later_node, witness.missing_edge[1]):
+                if node in chain:
+                    i = chain.index(node)
+                    keep.update(chain[max(0, i - context): i + 1])
+        if witness.last_ordered is not None:
+            keep.add(witness.last_ordered)
+        for node in list(keep):  # what the kept nodes were ordered after (waits, syncs): the edges that did exist
+            keep.update(p for p in self.graph.predecessors(node) if self.graph.edges[p, node]["kind"] != "program")
+        sub = self.graph.subgraph(keep).copy()
+        sub.add_edge(*witness.missing_edge, kind="missing", missing=True)
+        return sub
+
+    def witness_dot(self, witness: Witness) -> str:
+        sub = self.witness_subgraph(witness)
+        by_actor: dict[str, list[int]] = {}
+        for node, data in sorted(sub.nodes(data=True)):
+            by_actor.setdefault(data["actor"], []).append(node)
+        lines = ["digraph race {", "  rankdir=TB;", '  node [shape=box, fontname="monospace"];']
+        for k, (actor, nodes) in enumerate(sorted(by_actor.items())):
+            title = self.stream_names.get(actor, actor)
+            lines.append(f"  subgraph cluster_{k} {{")
+            lines.append(f"    label={_quote(title)};")
+            for node in nodes:
+                data = sub.nodes[node]
+                label = f"#{data['seq']} {data['label']}"
+                style = ""
+                if node in (witness.earlier_node, witness.later_node):
+                    label += f"\\n{self._where(witness, node)}"
+                    style = ', color=red, penwidth=2'
+                lines.append(f"    n{node} [label={_quote(label)}{style}];")
+            lines.append("  }")
+        for u, v, data in sorted(sub.edges(data=True)):
+            if data.get("missing"):
+                lines.append(f'  n{u} -> n{v} [style=dashed, color=red, label="missing"];')
+            else:
+                lines.append(f"  n{u} -> n{v} [label={_quote(data['kind'])}];")
+        lines.append("}")
+        return "\n".join(lines) + "\n"
+
+    def _where(self, witness: Witness, node: int) -> str:
+        access = witness.race.earlier if node == witness.earlier_node else witness.race.later
+        frames = self.sites.get(access.site)
+        if not frames:
+            return access.op
+        path, line = frames[0][0], frames[0][1]
+        return f"{str(path).rsplit('/', 1)[-1]}:{line}"
+
+
+def _quote(text: str) -> str:
+    return '"' + str(text).replace("\\n", "\x00").replace("\\", "\\\\").replace('"', '\\"').replace("\x00", "\\n") + '"'
