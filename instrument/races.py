@@ -97,23 +97,32 @@ def missing_edge(race: Race, names: Names) -> str:
     if earlier_is_host:
         return (f"the host work of {earlier.actor} at {after} must happen before {later.thread} enqueues {before} "
                 f"(join the thread or synchronize first)")
-    waiter = names.actor(_waiter(later))
-    return (f"{waiter} waits for {source} after {after} (e.g. `{_waiter(later)}.wait_stream({earlier.actor})` or an "
-            f"event recorded there and waited on), before {before}")
+    waiter = _waiter(later)
+    return (f"{names.actor(waiter)} waits for {source} after {after}, before {before} (`wait_stream`, or an event "
+            f"recorded on {earlier.actor} after {after} and waited on {waiter})")
+
+
+def _doer(access: Access, names: Names) -> str:
+    """"cuda:0/s1 (side stream)" or "c10d::allreduce_ on nccl:0/0 launched from cuda:0/s1"."""
+    if access.stream:
+        return f"{access.op or 'collective'} on {access.actor} launched from {names.actor(access.stream)}"
+    if access.actor == access.thread:
+        return f"host thread {access.actor}"
+    return names.actor(access.actor)
 
 
 def race_finding(race: Race, names: Names) -> Finding:
     earlier, later = race.earlier, race.later
     fix = missing_edge(race, names)
-    message = (f"{race.kind} race on {names.storage(race)}: {_verb(later)} on {names.actor(later.actor)} at "
-               f"{names.where(later.site)} is not ordered after the {_verb(earlier)} on "
-               f"{names.actor(earlier.actor)} at {names.where(earlier.site)}")
+    message = (f"{_verb(later)} of {names.storage(race)} by {_doer(later, names)} at {names.where(later.site)} is "
+               f"not ordered after the {_verb(earlier)} by {_doer(earlier, names)} at {names.where(earlier.site)}")
     primary = names.location(later, ROLE_READ if not later.is_write else ROLE_WRITE)
     if later.op == "free":
         primary = names.location(later, ROLE_FREE)
     related = (
         names.location(earlier, ROLE_WRITE if earlier.is_write else ROLE_READ),
-        names.location(earlier, ROLE_SYNC, note=f"missing edge: {fix}"),
+        names.location(earlier, ROLE_SYNC, note=f"the missing edge starts after this {_verb(earlier)}: "
+                       f"{_waiter(later)} must wait for {earlier.actor} here"),
     )
     frame = names.frame(later.site)
     extra = {

@@ -90,7 +90,8 @@ class Witness:
 class HappensBefore:
     """Builds the graph from trace events (`add(event, seq)` or `from_events`) and finds races by reachability."""
 
-    def __init__(self) -> None:
+    def __init__(self, find_races: bool = True) -> None:
+        self.find_races = find_races  # False: only the graph (for witnesses), skipping the quadratic race search
         self.graph = nx.DiGraph()
         self.chains: dict[str, list[int]] = {}
         self.sites: dict[int, list] = {}
@@ -104,8 +105,8 @@ class HappensBefore:
         self._history: dict[int, list[tuple[Access, int, int, int]]] = {}  # storage -> (access, node, start, end)
 
     @classmethod
-    def from_events(cls, events: Iterable[dict]) -> "HappensBefore":
-        hb = cls()
+    def from_events(cls, events: Iterable[dict], find_races: bool = True) -> "HappensBefore":
+        hb = cls(find_races)
         seq = 0
         for event in events:
             if event.get("e") == "header":
@@ -226,6 +227,8 @@ class HappensBefore:
 
     def _check(self, access: Access, node: int, storage: int, bytes_: Intervals, met: dict) -> None:
         """Races of `access` (at `node`) on `bytes_` of `storage`, merged into `met` by earlier access."""
+        if not self.find_races:
+            return
         uncovered = bytes_  # bytes whose last write is still to be found, scanning backwards
         later_reads: dict[str, Intervals] = {}  # actor -> bytes where a later read by that actor was already seen
         for earlier, earlier_node, start, end in reversed(self._history.get(storage, ())):
@@ -305,14 +308,18 @@ class HappensBefore:
         sub.add_edge(*witness.missing_edge, kind="missing", missing=True)
         return sub
 
-    def witness_dot(self, witness: Witness) -> str:
+    def witness_dot(self, witness: Witness, name: str = "race") -> str:
         sub = self.witness_subgraph(witness)
         by_actor: dict[str, list[int]] = {}
         for node, data in sorted(sub.nodes(data=True)):
             by_actor.setdefault(data["actor"], []).append(node)
-        lines = ["digraph race {", "  rankdir=TB;", '  node [shape=box, fontname="monospace"];']
+        race = witness.race
+        title = (f"{race.kind}: {self._where(witness, witness.later_node)} on {race.later.actor} is not ordered "
+                 f"after {self._where(witness, witness.earlier_node)} on {race.earlier.actor}")
+        lines = [f"digraph {name} {{", "  rankdir=TB;", f"  label={_quote(title)};", "  labelloc=t;",
+                 '  node [shape=box, fontname="monospace"];']
         for k, (actor, nodes) in enumerate(sorted(by_actor.items())):
-            title = self.stream_names.get(actor, actor)
+            title = f"{actor} ({self.stream_names[actor]})" if actor in self.stream_names else actor
             lines.append(f"  subgraph cluster_{k} {{")
             lines.append(f"    label={_quote(title)};")
             for node in nodes:

@@ -1,0 +1,92 @@
+"""`streamcheck analyze TRACE` on the hand-written scenario-26 trace and its fixed twin."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from streamcheck.cli import main
+from streamcheck.instrument.trace import TraceWriter
+
+TRACES = Path(__file__).resolve().parents[2] / "examples" / "traces"
+RACY = str(TRACES / "scenario26_hpz.jsonl")
+FIXED = str(TRACES / "scenario26_hpz_fixed.jsonl")
+PP = "deepspeed/runtime/zero/partition_parameters.py"
+
+
+def test_text_names_both_sites_and_the_missing_edge(capsys):
+    assert main(["analyze", RACY]) == 1
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0].startswith(f"{PP}:1136:1: SC201 RAW read of param.ds_secondary_tensor torch.bfloat16[4096] "
+                               "bytes [0, 8192) by c10d::_allgather_base_ on nccl:0/0 launched from cuda:0/s3")
+    assert lines[0].endswith("is not ordered after the write by cuda:0/s0 (compute stream) at "
+                             "partition_parameters.py:1643")
+    assert re.search(rf"^  write +{PP}:1643:1  _partition_param_sec$", out, re.M)
+    assert re.search(rf"^  sync +{PP}:1643:1  the missing edge starts after this write: cuda:0/s3 must wait for "
+                     r"cuda:0/s0 here$", out, re.M)
+    assert ("  fix: cuda:0/s3 (side stream created at partitioned_param_coordinator.py:115) waits for cuda:0/s0 "
+            "(compute stream) after partition_parameters.py:1643, before partition_parameters.py:1136") in out
+    assert lines[-1] == f"Found 1 race (1 occurrence) in {RACY} (rank 0, 15 events): SC201 x1."
+
+
+def test_fixed_twin_is_clean(capsys):
+    assert main(["analyze", FIXED]) == 0
+    assert capsys.readouterr().out == f"No race in {FIXED} (rank 0, 17 events).\n"
+
+
+def test_json(capsys):
+    assert main(["analyze", RACY, "--format", "json"]) == 1
+    document = json.loads(capsys.readouterr().out)
+    assert document["trace"]["rank"] == 0 and document["trace"]["path"] == RACY
+    assert document["summary"] == {"events": 15, "skipped_events": 0, "races": 1, "findings": 1,
+                                   "by_rule": {"SC201": 1}}
+    (finding,) = document["findings"]
+    assert (finding["rule"], finding["kind"], finding["symbol"]) == ("SC201", "RAW", "all_gather_coalesced")
+    assert (finding["primary"]["path"], finding["primary"]["line"], finding["primary"]["role"]) == (PP, 1136, "read")
+    assert [(r["role"], r["path"], r["line"]) for r in finding["related"]] == [("write", PP, 1643), ("sync", PP, 1643)]
+    assert finding["extra"]["earlier"]["op"] == "aten::copy_" and finding["extra"]["earlier"]["seq"] == 10
+    assert finding["extra"]["later"]["stream"] == "cuda:0/s3" and finding["extra"]["later"]["seq"] == 12
+    assert (finding["extra"]["start"], finding["extra"]["end"]) == (0, 8192)
+    assert len(finding["fingerprint"]) == 20
+
+
+def test_graph_writes_the_witness(tmp_path, capsys):
+    out = tmp_path / "race.dot"
+    assert main(["analyze", RACY, "--graph", str(out)]) == 1
+    dot = out.read_text()
+    nodes = dict(re.findall(r'^    (n\d+) \[label="([^"]*)"', dot, re.M))
+    by_label = {label.split("\\n")[0]: node for node, label in nodes.items()}
+    copy, launch, gather = by_label["#10 aten::copy_"], by_label["#12 launch c10d::_allgather_base_"], \
+        by_label["#12 c10d::_allgather_base_"]
+    assert f'  {copy} -> {launch} [style=dashed, color=red, label="missing"];' in dot
+    assert f'  {launch} -> {gather} [label="collective"];' in dot
+    assert dot.startswith("digraph race_1 {")
+    assert 'label="cuda:0/s0 (compute stream)";' in dot
+    assert dot.count("digraph ") == 1 and dot.rstrip().endswith("}")
+
+
+def test_repeated_races_are_counted_once(tmp_path, capsys):
+    path = tmp_path / "steps.jsonl"
+    with TraceWriter(path) as trace:
+        trace.site(1, [["train.py", 10, "step"]])
+        trace.site(2, [["train.py", 20, "step"]])
+        for _ in range(3):
+            trace.kernel("T", "cuda:0/s0", writes=[(5, 0, 64)], site=1, op="aten::add_")
+            trace.kernel("T", "cuda:0/s1", reads=[(5, 0, 64)], site=2, op="aten::mul")
+    assert main(["analyze", str(path), "--format", "json"]) == 1
+    document = json.loads(capsys.readouterr().out)
+    assert document["summary"]["races"] == 5  # s1 reads after each s0 write, s0 writes after each s1 read but 1st
+    assert sorted((f["kind"], f["count"], f["primary"]["line"]) for f in document["findings"]) == [
+        ("RAW", 3, 20), ("WAR", 2, 10)]
+
+
+def test_unreadable_trace_is_exit_2(tmp_path, capsys):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"e": "header", "format": "streamcheck-trace", "version": 1}\n{"e": "kernel"}\n')
+    assert main(["analyze", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"streamcheck analyze: {bad}: event 0: 'kernel' lacks thread, stream\n"
+    assert main(["analyze", str(tmp_path / "missing.jsonl")]) == 2
+    assert "cannot open" in capsys.readouterr().err
