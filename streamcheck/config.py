@@ -10,6 +10,7 @@ Keys (all optional):
     stream-contexts   extra callables whose `with` block switches the current stream (e.g. "my_accel.stream")
     collectives       extra collective function names (e.g. "my_comm.all_gather_into")
     sync-callables    extra callables that order streams (e.g. "my_accel.barrier_streams")
+    generic-attributes extra attribute names too common to pair a write and a read by name alone ("payload")
     max-file-size-kb  files larger than this are skipped with a notice (generated code); default 1024
 
 A glob without "/" matches any single path component ("build", "*_pb2.py"); a glob with "/" matches the path
@@ -55,6 +56,7 @@ class ScanConfig:
     stream_contexts: tuple[str, ...] = ()
     collectives: tuple[str, ...] = ()
     sync_callables: tuple[str, ...] = ()
+    generic_attributes: tuple[str, ...] = ()
     max_file_size_kb: int = DEFAULT_MAX_FILE_SIZE_KB
 
     # -- what to report -------------------------------------------------------------------------------------------
@@ -74,7 +76,20 @@ class ScanConfig:
 
     # -- what to read ---------------------------------------------------------------------------------------------
     def is_excluded(self, rel_path: str) -> bool:
+        """For a file named on the command line: any component, or the whole path, matches an exclude."""
         return any(path_matches(rel_path, p) for p in self.exclude + self.extend_exclude)
+
+    def excludes_entry(self, name: str, rel_path: str) -> bool:
+        """For a file or folder met while walking a given folder: only its own name counts for name globs, so
+        scanning `.venv/lib/.../site-packages/pkg` on purpose works although `.venv` is excluded by default."""
+        for pattern in self.exclude + self.extend_exclude:
+            pattern = pattern.strip().rstrip("/")
+            if "/" in pattern.removeprefix("./"):
+                if path_matches(rel_path, pattern):
+                    return True
+            elif fnmatchcase(name, pattern):
+                return True
+        return False
 
     def relative(self, path: Path) -> str:
         """`path` relative to root, '/'-separated; the absolute path if it lies outside root."""
@@ -88,7 +103,10 @@ class ScanConfig:
         from streamcheck.rules.options import StaticOptions
 
         return StaticOptions(
-            stream_contexts=self.stream_contexts, collectives=self.collectives, sync_callables=self.sync_callables
+            stream_contexts=self.stream_contexts,
+            collectives=self.collectives,
+            syncs=self.sync_callables,
+            generic_attributes=self.generic_attributes,
         )
 
 
@@ -117,6 +135,7 @@ _KEYS: dict[str, tuple[str, str]] = {
     "stream-contexts": ("stream_contexts", "strings"),
     "collectives": ("collectives", "strings"),
     "sync-callables": ("sync_callables", "strings"),
+    "generic-attributes": ("generic_attributes", "strings"),
     "max-file-size-kb": ("max_file_size_kb", "positive int"),
 }
 

@@ -68,30 +68,34 @@ def discover(paths: list[str], config: ScanConfig) -> list[SourceFile]:
         if not os.path.lexists(given):
             raise MissingPath(given)
         if os.path.isdir(given):
-            for disk_path in _walk(given, config):
-                _add(found, disk_path, config)
+            for disk_path, rel in _walk(given, config):
+                _add(found, disk_path, rel)
         else:  # a file, or a symlink that leads nowhere (reading it reports why)
-            _add(found, given, config)
+            rel = config.relative(Path(given))
+            if not config.is_excluded(rel):
+                _add(found, given, rel)
     return sorted(found.values(), key=lambda f: f.display)
 
 
-def _add(found: dict[str, SourceFile], disk_path: str, config: ScanConfig) -> None:
-    rel = config.relative(Path(disk_path))
-    if config.is_excluded(rel):
-        return
+def _add(found: dict[str, SourceFile], disk_path: str, rel: str) -> None:
     key = os.path.abspath(disk_path)
     if key not in found:
         found[key] = SourceFile(disk_path=disk_path, display=display_path(disk_path), rel=rel)
 
 
 def _walk(top: str, config: ScanConfig):
-    # os.walk does not descend into symlinked folders (followlinks=False), so loops are impossible; pruning dirnames
-    # in place keeps it out of excluded trees such as .venv.
-    for folder, dirnames, filenames in os.walk(top, onerror=None, followlinks=False):
-        dirnames[:] = sorted(d for d in dirnames if not config.is_excluded(config.relative(Path(folder, d))))
+    """(disk path, root-relative path) of the Python files below `top`, excluded entries pruned.
+
+    os.walk does not descend into symlinked folders (followlinks=False), so a symlink loop cannot make it spin;
+    pruning `dirnames` in place keeps it out of excluded trees such as .venv.
+    """
+    for folder, dirnames, filenames in os.walk(top, followlinks=False):
+        rel_folder = config.relative(Path(folder))
+        prefix = "" if rel_folder == "." else rel_folder + "/"
+        dirnames[:] = sorted(d for d in dirnames if not config.excludes_entry(d, prefix + d))
         for name in sorted(filenames):
-            if name.endswith(PYTHON_SUFFIXES):
-                yield os.path.join(folder, name)
+            if name.endswith(PYTHON_SUFFIXES) and not config.excludes_entry(name, prefix + name):
+                yield os.path.join(folder, name), prefix + name
 
 
 def read_source(disk_path: str, max_bytes: int) -> Source | Unreadable:
@@ -102,7 +106,7 @@ def read_source(disk_path: str, max_bytes: int) -> Source | Unreadable:
             return Unreadable("not a regular file", skip=True)
         if info.st_size > max_bytes:
             return Unreadable(
-                f"skipped: {info.st_size / 1e6:.1f} MB is over the {max_bytes // 1024} kB limit for hand-written "
+                f"{_size(info.st_size)} is over the {max_bytes // 1024} kB limit for hand-written "
                 "source (generated code?); exclude it, or raise max-file-size-kb in [tool.streamcheck]",
                 skip=True,
             )
@@ -157,6 +161,10 @@ def _declared_encoding(data: bytes) -> str | Unreadable:
         if line.strip() and not line.lstrip().startswith(b"#"):
             break
     return "utf-8"
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n / 1024:.1f} kB"
 
 
 def _position(data: bytes, offset: int) -> tuple[int, int]:

@@ -45,6 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="extra collective functions, e.g. my_comm.all_gather_into")
     model.add_argument("--sync-callable", dest="sync_callables", action="append", metavar="CALLABLES",
                        help="extra callables that order streams, e.g. my_accel.barrier_streams")
+    model.add_argument("--generic-attribute", dest="generic_attributes", action="append", metavar="NAMES",
+                       help="attribute names too common to pair a write and a read by name alone")
 
     speed = parser.add_argument_group("speed")
     speed.add_argument("-j", "--jobs", type=int, metavar="N", help="worker processes (default: number of cores)")
@@ -75,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
             "stream-contexts": split_csv(args.stream_contexts),
             "collectives": split_csv(args.collectives),
             "sync-callables": split_csv(args.sync_callables),
+            "generic-attributes": split_csv(args.generic_attributes),
         }
         config_file = Path(args.config) if args.config else None
         if config_file is not None and not config_file.is_file():

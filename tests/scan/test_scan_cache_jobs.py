@@ -1,0 +1,133 @@
+"""The per-file Facts cache (warm scans re-parse only what changed), --jobs, and the progress bar's rules."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from streamcheck.commands import scan as scan_command
+from streamcheck.config import ScanConfig
+from streamcheck.facts_cache import FactsCache, code_stamp
+from streamcheck.scanning import scan
+
+from . import fake_rules
+from .helpers import write_tree
+
+COPY = "def f(x, y):\n    x.copy_(y)\n"
+
+
+def _positions(result):
+    return [(f.rule, f.primary.path, f.primary.line) for f in result.findings]
+
+
+@pytest.fixture
+def tree(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write_tree(tmp_path, {f"m{i:02d}.py": COPY if i % 3 == 0 else f"x = {i}\n" for i in range(20)})
+    write_tree(tmp_path, {"broken.py": "def (\n"})
+    fake_rules.extract_calls.clear()
+    return tmp_path
+
+
+def _scan(root, **kwargs):
+    config = ScanConfig(root=Path(root))
+    return scan(["."], config, backend=kwargs.pop("backend", fake_rules.backend()), jobs=kwargs.pop("jobs", 1),
+                cache_dir=root / "cache", **kwargs)
+
+
+def test_warm_scan_reads_facts_and_parse_failures_from_the_cache(tree):
+    cold = _scan(tree)
+    assert (cold.parsed, cold.cached, len(fake_rules.extract_calls)) == (21, 0, 21)
+    fake_rules.extract_calls.clear()
+    warm = _scan(tree)
+    assert (warm.parsed, warm.cached, fake_rules.extract_calls) == (0, 21, [])
+    assert _positions(warm) == _positions(cold)
+    assert ("SC001", "broken.py", 1) in _positions(warm)
+    assert (tree / "cache" / ".gitignore").read_text() == "# created by streamcheck\n*\n"
+
+
+def test_only_changed_files_are_parsed_again(tree):
+    _scan(tree)
+    fake_rules.extract_calls.clear()
+    write_tree(tree, {"m01.py": "def g(a, b):\n    pass\n    a.copy_(b)\n"})
+    result = _scan(tree)
+    assert (result.parsed, result.cached, fake_rules.extract_calls) == (1, 20, ["m01.py"])
+    assert ("SC101", "m01.py", 3) in _positions(result)
+
+
+def test_options_and_rules_code_are_part_of_the_key(tree):
+    _scan(tree)
+    other_options = _scan(tree, backend=fake_rules.backend(fake_rules.FakeOptions(stream_contexts=("my.stream",))))
+    assert other_options.parsed == 21
+    newer_rules = fake_rules.backend()
+    object.__setattr__(newer_rules, "stamp", "fake-2")
+    assert _scan(tree, backend=newer_rules).parsed == 21
+
+
+def test_no_cache_and_unwritable_cache(tree):
+    assert _scan(tree, use_cache=False).parsed == 21
+    assert not (tree / "cache").exists()
+    (tree / "cache").write_text("not a folder")  # cache writes fail: the scan still works
+    result = _scan(tree)
+    assert result.parsed == 21 and ("SC001", "broken.py", 1) in _positions(result)
+
+
+def test_corrupt_cache_entry_is_recomputed(tree):
+    _scan(tree)
+    for entry in (tree / "cache" / "facts").rglob("*.json"):
+        entry.write_text("{not json")
+    assert _scan(tree).parsed == 21
+
+
+def test_jobs_give_the_same_findings_as_one_process(tree):
+    one = _scan(tree, use_cache=False, jobs=1)
+    many = _scan(tree, use_cache=False, jobs=3)
+    assert _positions(many) == _positions(one)
+    assert [f.fingerprint for f in many.findings] == [f.fingerprint for f in one.findings]
+    assert ("SC001", "broken.py", 1) in _positions(many)
+
+
+def test_parallel_workers_write_the_cache(tree):
+    _scan(tree, jobs=3)
+    warm = _scan(tree, jobs=3)
+    assert (warm.parsed, warm.cached) == (0, 21)
+
+
+def test_code_stamp_changes_with_the_code(tmp_path):
+    (tmp_path / "rule.py").write_text("A = 1\n")
+    before = code_stamp(tmp_path, "1.0")
+    assert code_stamp(tmp_path, "1.0") == before
+    assert code_stamp(tmp_path, "1.1") != before
+    (tmp_path / "rule.py").write_text("A = 22\n")
+    assert code_stamp(tmp_path, "1.0") != before
+
+
+def test_cache_key_covers_path_content_and_options(tmp_path):
+    cache = FactsCache(tmp_path, "stamp", "opts")
+    key = cache.key("a.py", "digest")
+    assert key == FactsCache(tmp_path, "stamp", "opts").key("a.py", "digest")
+    assert len({key, cache.key("b.py", "digest"), cache.key("a.py", "other"),
+                FactsCache(tmp_path, "stamp", "opts2").key("a.py", "digest")}) == 4
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_progress_bar_only_on_a_terminal_and_only_after_a_second(monkeypatch):
+    assert scan_command._Progress.maybe(io.StringIO()) is None
+    clock = [100.0]
+    monkeypatch.setattr(scan_command.time, "perf_counter", lambda: clock[0])
+    terminal = _Terminal()
+    progress = scan_command._Progress.maybe(terminal)
+    progress(1, 10)
+    assert progress._bar is None  # less than a second in
+    clock[0] += 1.5
+    progress(2, 10)
+    assert progress._bar is not None
+    progress(10, 10)
+    progress.close()
+    assert "scanning" in terminal.getvalue()
