@@ -146,7 +146,14 @@ class Detector:
                op: str = "") -> None:
         seq = self.seq
         self.seq = seq + 1
-        clock = self.clocks.send(thread, stream)
+        # clocks.send(thread, stream), inlined: this is the per-op path.
+        of_actor = self.clocks.of_actor
+        clock = of_actor.get(stream) or self.clocks.clock(stream)
+        sent = of_actor.get(thread) or self.clocks.clock(thread)
+        for actor, time in sent.items():
+            if clock.get(actor, 0) < time:
+                clock[actor] = time
+        sent[thread] += 1
         if reads:
             self._access(Access(stream, thread, False, site, op, seq, clock[stream]), clock, reads)
         if writes:

@@ -11,7 +11,11 @@ Format (version 1):
 The n-th line after the header is event n (0-based): that is `Access.seq`. Readers ignore keys they don't know, and
 `replay` skips events it doesn't know (counting them), so later versions may add fields and events.
 
-Events added to the contract here: none yet (header keys beyond rank/world_size are free-form).
+Additions to notes/trace-contract.md (all backward compatible): Detector and TraceWriter both have `site(id,
+frames)`, `stream_name(stream, name)` and `storage_info(storage, **info)` methods, so a tee of every call gives a
+complete trace and a live Detector can name sites; `Access` has two more fields, `clock` (the actor's epoch) and
+`stream` (for collectives: the stream they were launched from); header keys beyond rank/world_size are free-form;
+`.gz` paths are written and read gzip-compressed.
 """
 
 from __future__ import annotations

@@ -1,0 +1,107 @@
+"""Detector behaviour beyond the scenarios: bounded memory, callbacks, odd input; Race -> Finding conversion."""
+
+from __future__ import annotations
+
+from streamcheck.instrument.detector import Detector
+from streamcheck.instrument.races import Names, race_finding
+
+S0, S1 = "cuda:0/s0", "cuda:0/s1"
+
+
+def test_freed_storage_state_is_dropped():
+    d = Detector()
+    for step in range(1000):
+        storage = 1000 + step % 7
+        d.alloc(storage, 64, S0)
+        d.kernel("T", S0, writes=[(storage, 0, 64)])
+        d.kernel("T", S0, reads=[(storage, 0, 32)])
+        d.record_stream(storage, S1)
+        d.free("T", storage)
+        d.event_record("T", step, S0)
+        d.event_destroy(step)
+    assert d.races == []
+    assert d.shadows == {} and d.allocations == {} and d.clocks.of_event == {}
+
+
+def test_on_race_sees_every_race_as_it_is_found():
+    seen = []
+    d = Detector(on_race=seen.append)
+    d.kernel("T", S0, writes=[(1, 0, 8), (2, 0, 8)])
+    d.kernel("T", S1, writes=[(1, 4, 12), (2, 0, 8)])
+    assert [(r.kind, r.storage, r.start, r.end) for r in seen] == [("WAW", 1, 4, 8), ("WAW", 2, 0, 8)]
+    assert seen == d.races
+
+
+def test_odd_input_creates_state_lazily():
+    d = Detector()
+    d.event_wait("T", 12345, "cuda:3/s9")  # never recorded
+    d.sync_event("T", 999)
+    d.sync_stream("T", "cuda:7/s1")
+    d.sync_device("T", 42)
+    d.work_wait("T", S0, 777, blocking=True)  # unknown work
+    d.free("T", 31337)  # never allocated, never touched
+    d.record_stream(5, S1)  # before its alloc
+    d.free("T2", 5)
+    d.thread_join("T", "never started")
+    d.kernel("T", S0, reads=[(1, 8, 8)], writes=[(1, 5, 3)])  # empty ranges touch nothing
+    assert d.races == [] and d.shadows == {}
+
+
+def test_free_of_an_unseen_allocation_is_not_checked():
+    d = Detector()
+    d.kernel("T", S1, reads=[(1, 0, 8)])
+    d.free("T", 1)
+    assert d.races == [] and d.shadows == {}
+
+
+def _finding(build):
+    d = Detector()
+    d.site(1, [["/src/model.py", 10, "forward"]])
+    d.site(2, [["/src/model.py", 20, "backward"], ["/src/train.py", 5, "main"]])
+    d.stream_name(S1, "side stream")
+    build(d)
+    (race,) = d.races
+    return race_finding(race, Names.of(d))
+
+
+def test_stream_race_is_sc201():
+    finding = _finding(lambda d: (d.kernel("T", S0, writes=[(1, 0, 8)], site=1, op="add_"),
+                                  d.kernel("T", S1, reads=[(1, 0, 8)], site=2, op="mul")))
+    assert (finding.rule, finding.kind, finding.symbol) == ("SC201", "RAW", "backward")
+    assert (finding.primary.path, finding.primary.line, finding.primary.role) == ("/src/model.py", 20, "read")
+    assert [(r.role, r.line) for r in finding.related] == [("write", 10), ("sync", 10)]
+    assert finding.fix.startswith("cuda:0/s1 (side stream) waits for cuda:0/s0 after model.py:10, before "
+                                  "model.py:20")
+
+
+def test_free_race_is_sc202():
+    def build(d):
+        d.alloc(1, 8, S0, site=1)
+        d.kernel("T", S1, reads=[(1, 0, 8)], site=1, op="mul")
+        d.free("T", 1, site=2)
+
+    finding = _finding(build)
+    assert (finding.rule, finding.kind, finding.primary.role, finding.primary.line) == ("SC202", "FREE", "free", 20)
+    assert finding.related[0].role == "read"
+    assert finding.fix.startswith("call record_stream(cuda:0/s1) on the tensor before it is freed at model.py:20")
+
+
+def test_host_race_is_sc203():
+    def build(d):
+        d.kernel("T", S0, writes=[(1, 0, 8)], site=1, op="copy_")
+        d.host_access("T", reads=[(1, 0, 8)], site=2, op="numpy")
+
+    finding = _finding(build)
+    assert (finding.rule, finding.kind, finding.primary.line) == ("SC203", "HOST", 20)
+    assert finding.message.startswith("read of storage 0x1 bytes [0, 8) by host thread T at model.py:20")
+    assert finding.fix == ("host thread T synchronizes cuda:0/s0 (or an event recorded on it after model.py:10) "
+                           "before model.py:20")
+
+
+def test_unknown_sites_still_make_a_finding():
+    d = Detector()
+    d.kernel("T", S0, writes=[(1, 0, 8)], op="add_")
+    d.kernel("T", S1, writes=[(1, 0, 8)], site=77, op="mul_")
+    finding = race_finding(d.races[0], Names.of(d))
+    assert (finding.primary.path, finding.primary.line, finding.primary.note) == ("<unknown>", 0, "mul_ on cuda:0/s1")
+    assert "after an unknown site" in finding.fix
