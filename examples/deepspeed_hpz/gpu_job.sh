@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Everything this project runs on a 2-GPU machine, in one job (the device tool's $OUT gets the logs back).
+#   examples/deepspeed_hpz/gpu_job.sh [STEPS_SMOKE] [STEPS_FULL] [PARTS]
+# PARTS: any of tests,trace,smoke,full (comma-separated). Expects .whl/ from ../shared/tools/gpu-wheels.
+# Every step has its own timeout; a failing step is logged and the job goes on to the next.
+set -u
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/streamcheck-gpu-out}
+SMOKE_STEPS=${1:-3}
+FULL_STEPS=${2:-10}
+PARTS=${3:-tests,trace,smoke}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export TOKENIZERS_PARALLELISM=false TRANSFORMERS_VERBOSITY=error
+LOG="$OUT/job.log"
+log() { echo "=== $(date +%H:%M:%S) $*" | tee -a "$LOG"; }
+has() { case ",$PARTS," in *",$1,"*) return 0;; esac; return 1; }
+
+# The package as installed: streamcheck/ with instrument/ and rules/ inside (pyproject's package-dir mapping).
+rm -rf .scpkg && mkdir -p .scpkg && cp -r streamcheck .scpkg/ && cp -r instrument .scpkg/streamcheck/instrument \
+  && cp -r rules .scpkg/streamcheck/rules
+export PYTHONPATH=$PWD/.scpkg
+log "python $(python3 -c 'import sys,torch; print(sys.version.split()[0], torch.__version__, torch.cuda.device_count(), "GPUs")')"
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee -a "$LOG"
+
+if has tests; then
+  log "GPU tests (scenarios 20-27)"
+  timeout 240 python3 -P -m pytest -q -p no:cacheprovider -m gpu tests/gpu -rA --durations=0 >"$OUT/gpu-tests.log" 2>&1
+  log "pytest exit $?"; tail -n 40 "$OUT/gpu-tests.log" | tee -a "$LOG"
+fi
+
+if has trace && [ -f examples/hpz_race/racy.py ]; then
+  log "hpz_race: record the trace"
+  rm -rf /tmp/hpz && timeout 120 python3 -P -m streamcheck.cli run --out /tmp/hpz --trace "$OUT/hpz_race.jsonl" \
+    -- python3 examples/hpz_race/racy.py >>"$LOG" 2>&1
+  log "hpz_race exit $?; trace $(wc -l <"$OUT/hpz_race.jsonl") lines"
+  timeout 60 python3 -P -m streamcheck.cli analyze "$OUT/hpz_race.jsonl" >>"$LOG" 2>&1; log "analyze exit $?"
+fi
+
+for v in 0.13.4 0.13.5; do
+  python3 -m pip install -q --no-index --no-deps --no-compile --target ".site$v" .whl/deps/*.whl \
+    .whl/deepspeed-$v/*.whl >>"$LOG" 2>&1 || log "install of deepspeed $v failed"
+done
+
+seed() {  # seed VERSION STEPS MODE(plain|sc) LIMIT
+  local v=$1 steps=$2 mode=$3 limit=$4 tag="$3-$1-$2steps"
+  local cmd=(python3 -m torch.distributed.run --nproc_per_node 2 --master_port $((29500 + RANDOM % 1000))
+             examples/deepspeed_hpz/train.py --steps "$steps" --hpz 2 --result "/tmp/seed-$tag.json")
+  log "seed $tag"
+  if [ "$mode" = sc ]; then
+    cmd=(python3 -P -m streamcheck.cli run --out "/tmp/sc-$tag" -- "${cmd[@]}")
+  fi
+  PYTHONPATH=$PWD/.site$v:$PYTHONPATH timeout "$limit" "${cmd[@]}" >"/tmp/seed-$tag.log" 2>&1
+  local rc=$?
+  grep -E "^step |RESULT|streamcheck|Traceback|Error|error:" "/tmp/seed-$tag.log" | grep -v "^\s*$" | tail -n 60 >>"$LOG"
+  log "seed $tag exit $rc"
+  cp "/tmp/seed-$tag.log" "$OUT/seed-logs/" 2>/dev/null || true
+}
+mkdir -p "$OUT/seed-logs"
+
+if has smoke; then
+  seed 0.13.4 "$SMOKE_STEPS" sc 150
+  seed 0.13.5 "$SMOKE_STEPS" sc 150
+fi
+if has full; then
+  seed 0.13.4 "$FULL_STEPS" plain 150
+  seed 0.13.4 "$FULL_STEPS" sc 240
+  seed 0.13.5 "$FULL_STEPS" plain 150
+  seed 0.13.5 "$FULL_STEPS" sc 240
+fi
+# findings of every instrumented run, as one small archive
+tar czf "$OUT/seed-logs/findings.tgz" /tmp/sc-* 2>/dev/null
+(cd "$OUT/seed-logs" && tar czf ../seed-logs.tgz . ) && rm -rf "$OUT/seed-logs"
+python3 examples/deepspeed_hpz/summarize.py /tmp "$OUT" 2>&1 | tee -a "$LOG"
+log "done"

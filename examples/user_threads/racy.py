@@ -1,0 +1,35 @@
+"""Scenario 24, racy: thread B starts after thread A was joined, but B's stream never waits for A's stream.
+
+Joining a thread orders what the two threads did on the host, not the GPU work they enqueued.
+"""
+
+import threading
+
+import torch
+
+
+def main() -> None:
+    t1 = torch.zeros(1 << 20, device="cuda")
+    s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
+    s1.wait_stream(torch.cuda.current_stream())
+    s2.wait_stream(torch.cuda.current_stream())
+
+    def writer_a() -> None:
+        with torch.cuda.stream(s1):
+            t1.fill_(1.0)  # streamcheck: earlier
+
+    def writer_b() -> None:
+        with torch.cuda.stream(s2):
+            t1.fill_(2.0)  # streamcheck: race (s2 never waited for s1)
+
+    a = threading.Thread(target=writer_a)
+    a.start()
+    a.join()
+    b = threading.Thread(target=writer_b)
+    b.start()
+    b.join()
+    torch.cuda.synchronize()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,178 @@
+"""c10d collectives as accesses by the process group's NCCL stream, and `Work.wait()` as the edge back.
+
+Collectives reach the dispatcher as `c10d::*` ops (`c10d::_allgather_base_` from `all_gather_into_tensor`,
+`c10d::allreduce_` from `all_reduce`, ...). ProcessGroupNCCL runs each on an internal stream per (group, device)
+after making it wait for the *current* stream only; that stream is the actor "nccl:<group name>/<device>". The op's
+schema carries no alias annotations, so the argument names say what is read and written: `output*` written,
+`input*` read, in-place `tensors` written (`send` only reads them).
+
+The op returns a Work object. `Work.wait()` is a plain method, not an op: it is wrapped, and the Work seen in the
+dispatcher (a ScriptObject) is matched to the Python Work the program holds by unboxing it into the same pybind
+instance, kept alive until it is waited for. A collective called with `async_op=False` is ordered before the
+current stream at once (torch waits for it before returning).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+
+from .recorder import Recorder
+
+_READ_ONLY_OPS = frozenset({"c10d::send"})
+_NO_DATA_OPS = frozenset({"c10d::barrier", "c10d::monitored_barrier_"})
+_MAX_PENDING_WORKS = 65536  # Works nobody waits for must not pin memory forever
+
+
+def _tensors(value: Any, out: list) -> None:
+    if isinstance(value, torch.Tensor):
+        out.append(value)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _tensors(item, out)
+
+
+class CollectiveHooks:
+    """Feeds c10d ops and Work.wait() to the recorder."""
+
+    def __init__(self, recorder: Recorder, collector_factory: Any) -> None:
+        self.recorder = recorder
+        self.collector_factory = collector_factory  # () -> dispatch.AccessCollector
+        self.pending: dict[int, tuple[Any, int]] = {}  # id(Work) -> (Work, device)
+        self._arg_roles: dict[Any, tuple] = {}
+        self._saved: list[tuple[type, str, Any]] = []
+        self._work_type: Any = None
+        self._pg_type: Any = None
+        self.blocking_wait = os.environ.get("TORCH_NCCL_BLOCKING_WAIT", "0") == "1"
+
+    # ---- the dispatcher side -------------------------------------------------------------------------------------
+    def _roles(self, func: Any, name: str) -> tuple:
+        roles = self._arg_roles.get(func)
+        if roles is None:
+            roles = []
+            for position, arg in enumerate(func._schema.arguments):
+                type_str = str(arg.type)
+                if "ProcessGroup" in type_str:
+                    roles.append((position, arg.name, "group"))
+                elif arg.name == "async_op":
+                    roles.append((position, arg.name, "async"))
+                elif "Tensor" in type_str and name not in _NO_DATA_OPS:
+                    if arg.name.startswith("output"):
+                        role = "write"
+                    elif arg.name.startswith("input") or name in _READ_ONLY_OPS:
+                        role = "read"
+                    else:
+                        role = "write"  # in-place: all_reduce, broadcast, recv...
+                    roles.append((position, arg.name, role))
+            roles = self._arg_roles[func] = tuple(roles)
+        return roles
+
+    def dispatch(self, func: Any, plan: Any, args: tuple, kwargs: dict) -> Any:
+        rec = self.recorder
+        try:
+            roles = self._roles(func, plan.name)
+            reads: list = []
+            writes: list = []
+            group = None
+            async_op = True
+            for position, name, role in roles:
+                value = args[position] if position < len(args) else kwargs.get(name)
+                if role == "group":
+                    group = value
+                elif role == "async":
+                    async_op = True if value is None else bool(value)
+                else:
+                    _tensors(value, reads if role == "read" else writes)
+            collector = self.collector_factory()
+            read_ranges = collector.ranges_of(reads)
+            write_ranges = collector.ranges_of(writes)
+            device = collector.device
+            rec.begin_op()
+        except Exception as exc:  # noqa: BLE001
+            rec.fail(exc)
+            return func(*args, **kwargs)
+        try:
+            out = func(*args, **kwargs)
+        finally:
+            deferred = rec.end_op()
+        try:
+            if device >= 0:
+                work = self._remember_work(out, device)
+                thread = rec.thread_actor()
+                stream = rec.stream_actor(device)
+                comm = f"nccl:{self._group_name(group)}/{device}"
+                site = rec.sites.capture(2)
+                calls = [("collective", (thread, stream, comm, read_ranges, write_ranges, async_op, work, site,
+                                         plan.name))]
+                if deferred:
+                    calls.extend(deferred)
+                rec.emit_now(calls)
+            elif deferred:
+                rec.emit_now(deferred)
+        except Exception as exc:  # noqa: BLE001
+            rec.fail(exc)
+        return out
+
+    def _group_name(self, group: Any) -> str:
+        if group is None:
+            return "default"
+        try:
+            pg = self._pg_type.unbox(group) if isinstance(group, torch.ScriptObject) else group
+            return str(pg.group_name)
+        except Exception:  # noqa: BLE001 - an unnamed group still gets one actor
+            return f"pg{id(group)}"
+
+    def _remember_work(self, out: Any, device: int) -> int:
+        work = out[-1] if isinstance(out, (tuple, list)) else out
+        if isinstance(work, torch.ScriptObject) and self._work_type is not None:
+            work = self._work_type.unbox(work)
+        if len(self.pending) >= _MAX_PENDING_WORKS:
+            self.pending.pop(next(iter(self.pending)))
+        self.pending[id(work)] = (work, device)
+        return id(work)
+
+    # ---- the program side: Work.wait() --------------------------------------------------------------------------
+    def _waited(self, work: Any, blocking: bool) -> None:
+        rec = self.recorder
+        if not rec.active:
+            return
+        entry = self.pending.pop(id(work), None)
+        if entry is None:
+            return
+        _, device = entry
+        rec.emit("work_wait", rec.thread_actor(), rec.stream_actor(device), id(work), blocking or self.blocking_wait)
+
+    def install(self) -> None:
+        try:
+            import torch.distributed as dist
+
+            if not dist.is_available():
+                return
+            from torch._C import _distributed_c10d as c10d
+        except ImportError:
+            return
+        self._work_type = c10d.Work
+        self._pg_type = c10d.ProcessGroup
+        hooks = self
+
+        for method_name, blocking in (("wait", False), ("synchronize", False)):
+            original = getattr(c10d.Work, method_name)
+
+            def wrapped(self, *args, _original=original, _blocking=blocking, **kwargs):
+                result = _original(self, *args, **kwargs)
+                try:
+                    hooks._waited(self, _blocking)
+                except Exception as exc:  # noqa: BLE001
+                    hooks.recorder.fail(exc)
+                return result
+
+            self._saved.append((c10d.Work, method_name, original))
+            setattr(c10d.Work, method_name, wrapped)
+
+    def uninstall(self) -> None:
+        while self._saved:
+            cls, name, original = self._saved.pop()
+            setattr(cls, name, original)
+        self.pending.clear()

@@ -1,0 +1,302 @@
+"""Every aten op as reads and writes of byte ranges, from its schema's alias information (a TorchDispatchMode).
+
+For each OpOverload an `OpPlan` is built once and cached, so the per-op cost is a dict lookup, a walk over the
+tensor arguments the plan names, and one sink call. The rules, read off the schema:
+
+- an argument whose alias set is written (`Tensor(a!) self`, `out=`) is written;
+- an argument with a read-only alias set (`Tensor(a) self` of `view`, `t`, `split`) is a view input: no data moves;
+- every other tensor argument (tensor lists and optionals walked) is read;
+- a return without alias information is a fresh tensor the op wrote; an aliased return is the input again or a view;
+- factory-like ops (`aten::zeros_like`, `aten::new_empty`, ... matched with their `aten::` namespace) read only the
+  metadata of their input and write their output;
+- in-place ops that change only metadata (`set_`, `resize_`, `as_strided_`, `squeeze_`, ...) touch no data;
+- `aten::record_stream` is annotated as writing `self`, but it only informs the allocator: it becomes the
+  record_stream event;
+- `c10d::*` ops are collectives, handed to instrument/collectives.py.
+
+Attribution: an op touching any CUDA tensor is a kernel enqueued by the calling thread on its current stream of that
+tensor's device; pinned host tensors in it are accessed by that stream (a non_blocking copy); an op touching only
+pinned host tensors is a host access by the thread (instrument/host.py). Pageable host tensors are not tracked:
+copies to and from them are synchronous.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from .host import PinnedMemory
+from .recorder import RaceError, Recorder
+
+SKIP, ACCESS, RECORD_STREAM, COLLECTIVE = "skip", "access", "record_stream", "collective"
+
+# In-place by schema, but only the tensor's metadata (or the allocator's bookkeeping) changes.
+METADATA_ONLY_OPS = frozenset(
+    "aten::" + name
+    for name in (
+        "set_", "resize_", "resize_as_", "as_strided_", "squeeze_", "unsqueeze_", "transpose_", "t_", "swapdims_",
+        "swapaxes_", "detach_", "is_pinned", "sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "size",
+        "stride", "numel", "dim", "is_contiguous", "is_same_size", "_has_compatible_shallow_copy_type",
+        "is_nonzero_",
+    )
+)
+
+
+def _is_factory_like(qualified_name: str) -> bool:
+    """`aten::zeros_like`, `aten::new_empty`: the input gives shape and dtype only."""
+    if not qualified_name.startswith("aten::"):
+        return False
+    name = qualified_name[6:]
+    return name.endswith("_like") or name.startswith("new_")
+
+
+@dataclass(frozen=True)
+class OpPlan:
+    """Which arguments of one OpOverload are read and written, and which returns are fresh tensors.
+
+    reads / writes: ((position, name), ...); position -1 means keyword-only.
+    fresh_returns: indices of returns that are newly written tensors; None when the op returns a single value.
+    """
+
+    name: str
+    kind: str
+    reads: tuple[tuple[int, str], ...] = ()
+    writes: tuple[tuple[int, str], ...] = ()
+    fresh_returns: tuple[int, ...] = ()
+    single_return: bool = True
+
+
+def _holds_tensors(type_str: str) -> bool:
+    return "Tensor" in type_str
+
+
+def build_plan(func: Any) -> OpPlan:
+    """Read the schema of an OpOverload once."""
+    schema = func._schema
+    name = schema.name
+    if "::" not in name:
+        name = f"{func.namespace}::{name}"
+    if name == "aten::record_stream":
+        return OpPlan(name, RECORD_STREAM)
+    if name.startswith("c10d::"):
+        return OpPlan(name, COLLECTIVE)
+    if name in METADATA_ONLY_OPS:
+        return OpPlan(name, SKIP)
+    factory = _is_factory_like(name)
+    reads, writes = [], []
+    for position, arg in enumerate(schema.arguments):
+        if not _holds_tensors(str(arg.type)):
+            continue
+        where = (-1 if arg.kwarg_only else position, arg.name)
+        alias = arg.alias_info
+        if alias is not None and alias.is_write:
+            writes.append(where)
+        elif alias is not None:
+            continue  # a view input: no data touched
+        elif not factory:
+            reads.append(where)
+    fresh = tuple(
+        i for i, ret in enumerate(schema.returns) if ret.alias_info is None and _holds_tensors(str(ret.type))
+    )
+    if not reads and not writes and not fresh:
+        return OpPlan(name, SKIP)
+    return OpPlan(name, ACCESS, tuple(reads), tuple(writes), fresh, len(schema.returns) == 1)
+
+
+def _argument(args: tuple, kwargs: dict, position: int, name: str) -> Any:
+    if 0 <= position < len(args):
+        return args[position]
+    return kwargs.get(name)
+
+
+def _collect(value: Any, out: list) -> None:
+    if isinstance(value, torch.Tensor):
+        out.append(value)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _collect(item, out)
+
+
+def byte_range(tensor: torch.Tensor) -> tuple[int, int, int] | None:
+    """(storage base pointer, start, end) of the bytes a tensor can touch; None for empty or non-strided tensors.
+
+    The span runs from the first to one past the last element, so a strided view covers the gaps between its
+    elements too: coarse, but never smaller than the truth.
+    """
+    try:
+        numel = tensor.numel()
+        if not numel:
+            return None
+        size = tensor.element_size()
+        start = tensor.storage_offset() * size
+        base = tensor.data_ptr() - start
+        if tensor.is_contiguous():
+            return base, start, start + numel * size
+        span = 1
+        for extent, step in zip(tensor.shape, tensor.stride()):
+            span += (extent - 1) * step
+        return base, start, start + span * size
+    except (RuntimeError, NotImplementedError, AttributeError):
+        return None  # sparse, meta, fake, or other tensors without plain storage
+
+
+def tensor_accesses(plan: OpPlan, args: tuple, kwargs: dict) -> tuple[list, list]:
+    """The tensors an op reads and writes per its plan (device-agnostic: used by the mode and the CPU tests)."""
+    reads: list = []
+    writes: list = []
+    for position, name in plan.reads:
+        _collect(_argument(args, kwargs, position, name), reads)
+    for position, name in plan.writes:
+        _collect(_argument(args, kwargs, position, name), writes)
+    return reads, writes
+
+
+def fresh_outputs(plan: OpPlan, out: Any) -> list:
+    tensors: list = []
+    if not plan.fresh_returns:
+        return tensors
+    if plan.single_return:
+        _collect(out, tensors)
+    else:
+        for i in plan.fresh_returns:
+            _collect(out[i], tensors)
+    return tensors
+
+
+class AccessCollector:
+    """Turns tensors into the (storage, start, end) ranges the sink wants, and finds the op's device."""
+
+    __slots__ = ("pinned", "device", "touches_host")
+
+    def __init__(self, pinned: PinnedMemory) -> None:
+        self.pinned = pinned
+        self.device = -1
+        self.touches_host = False
+
+    def ranges_of(self, tensors: list, fresh: bool = False) -> list:
+        ranges = []
+        for tensor in tensors:
+            device = tensor.get_device()
+            rng = byte_range(tensor)
+            if rng is None:
+                continue
+            if device >= 0:
+                if self.device < 0:
+                    self.device = device
+            elif self.pinned.is_pinned(tensor, rng[0], fresh):
+                self.touches_host = True
+            else:
+                continue
+            ranges.append(rng)
+        return ranges
+
+
+class StreamcheckMode(TorchDispatchMode):
+    """Sees every aten op of the thread that entered it (and of the autograd engine's threads) and reports it."""
+
+    def __init__(self, recorder: Recorder, plans: dict, pinned: PinnedMemory, collectives: Any = None) -> None:
+        super().__init__()
+        self.recorder = recorder
+        self.plans = plans
+        self.pinned = pinned
+        self.collectives = collectives
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if kwargs is None:
+            kwargs = {}
+        rec = self.recorder
+        if not rec.active:
+            return func(*args, **kwargs)
+        if rec.pending_raise is not None:
+            rec.take_pending_raise()
+        plan = self.plans.get(func)
+        if plan is None:
+            try:
+                plan = self.plans[func] = build_plan(func)
+            except Exception as exc:  # noqa: BLE001
+                rec.fail(exc)
+                return func(*args, **kwargs)
+        kind = plan.kind
+        if kind is SKIP:
+            return func(*args, **kwargs)
+        if kind is COLLECTIVE:
+            if self.collectives is None:
+                return func(*args, **kwargs)
+            return self.collectives.dispatch(func, plan, args, kwargs)
+        if kind is RECORD_STREAM:
+            self._record_stream(args)
+            return func(*args, **kwargs)
+        try:
+            collector = AccessCollector(self.pinned)
+            in_reads, in_writes = tensor_accesses(plan, args, kwargs)
+            reads = collector.ranges_of(in_reads)
+            writes = collector.ranges_of(in_writes)
+            rec.begin_op()
+        except Exception as exc:  # noqa: BLE001
+            rec.fail(exc)
+            return func(*args, **kwargs)
+        try:
+            out = func(*args, **kwargs)
+        except BaseException:
+            deferred = rec.end_op()
+            if deferred:
+                rec.emit_now(deferred)
+            raise
+        try:
+            self._finish(plan, collector, reads, writes, out)
+        except RaceError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            rec.end_op()
+            rec.fail(exc)
+        return out
+
+    def _finish(self, plan: OpPlan, collector: AccessCollector, reads: list, writes: list, out: Any) -> None:
+        rec = self.recorder
+        calls = []
+        outputs = fresh_outputs(plan, out)
+        if outputs:
+            writes.extend(collector.ranges_of(outputs, fresh=True))
+        deferred = rec.end_op()
+        if reads or writes:
+            thread = rec.thread_actor()
+            site = rec.sites.capture(3)
+            if collector.device >= 0:
+                stream = rec.stream_actor(collector.device)
+                if outputs:
+                    fresh_blocks = rec.fresh_blocks
+                    for tensor in outputs:
+                        rng = byte_range(tensor)
+                        if rng is not None and fresh_blocks.pop(rng[0], None):
+                            calls.append(("alloc", (rng[0], tensor.untyped_storage().nbytes(), stream, site)))
+                calls.append(("kernel", (thread, stream, reads, writes, site, plan.name)))
+            else:
+                for tensor in outputs:
+                    rng = byte_range(tensor)
+                    if rng is not None and self.pinned.is_pinned(tensor, rng[0]):
+                        # A fresh pinned block: what happened to this address before is another tensor's story.
+                        calls.append(("alloc", (rng[0], tensor.untyped_storage().nbytes(), thread, site)))
+                calls.append(("host_access", (thread, reads, writes, site, plan.name)))
+        if deferred:
+            calls.extend(deferred)
+        if calls:
+            rec.emit_now(calls)
+            if rec.pending_raise is not None:
+                rec.take_pending_raise()
+
+    def _record_stream(self, args: tuple) -> None:
+        rec = self.recorder
+        try:
+            tensor, stream = args[0], args[1]
+            rng = byte_range(tensor)
+            if rng is None or tensor.get_device() < 0:
+                return
+            handle = torch.cuda.Stream(
+                stream_id=stream.stream_id, device_index=stream.device_index, device_type=stream.device_type
+            ).cuda_stream
+            rec.emit("record_stream", rng[0], rec.stream_actor(stream.device_index, handle))
+        except Exception as exc:  # noqa: BLE001
+            rec.fail(exc)

@@ -1,0 +1,164 @@
+"""The one object every runtime hook talks to: it names actors, captures sites and feeds the happens-before sink.
+
+The sink is anything with the Detector's methods (instrument/detector.py): the Detector itself, a TraceWriter, or
+a `Tee` of both. Hooks never call the sink directly, for three reasons that live here:
+
+- naming: host threads are "T<ident>", device streams "cuda:<dev>/s<cudaStream_t>" (the raw handle, because that is
+  what torch's GPU trace callbacks report), NCCL streams "nccl:<group>/<dev>";
+- order: a callback fired while an op runs (the stream synchronization inside `.item()`, a free inside an `out=`
+  resize) happened *after* that op's kernel was enqueued, but the op's accesses are only known once it returns, so
+  callbacks fired during an op are held back and replayed after the op's own event;
+- safety: the sink is plain Python and not thread-safe (the autograd engine's threads and user threads call in
+  concurrently), and any exception inside streamcheck must switch instrumentation off instead of reaching the
+  program (`fail`). Only `RaceError` (fail_fast) is allowed through.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable
+
+from .sites import SiteTable
+
+
+class RaceError(RuntimeError):
+    """Raised into the program at the first race, only when the watch was started with fail_fast=True."""
+
+
+class Tee:
+    """Forwards every sink call to several sinks (a Detector and a TraceWriter), in order."""
+
+    def __init__(self, *sinks: Any) -> None:
+        self.sinks = sinks
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        methods = [getattr(sink, name) for sink in self.sinks if hasattr(sink, name)]
+
+        def call(*args: Any) -> None:
+            for method in methods:
+                method(*args)
+
+        self.__dict__[name] = call  # later lookups skip __getattr__
+        return call
+
+
+class Recorder:
+    """Actor names, site capture, deferred callbacks and error containment around one sink."""
+
+    def __init__(self, sink: Any, sites: SiteTable | None = None, on_error: Callable[[BaseException], None] | None = None):
+        self.sink = sink
+        self.sites = sites if sites is not None else SiteTable()
+        self.active = True
+        self.on_error = on_error
+        self.error: BaseException | None = None
+        self.pending_raise: RaceError | None = None
+        self.lock = threading.Lock()
+        self._tls = threading.local()
+        self._thread_names: dict[int, str] = {}
+        self._stream_names: dict[int, dict[int, str]] = {}  # device -> raw handle -> actor
+        self._device_of_handle: dict[int, int] = {}
+        self.fresh_blocks: dict[int, bool] = {}  # allocated, not yet written by an op: the next output there is an alloc
+        self._backward_caller: str | None = None
+        self._engine_threads: list[tuple[int, str]] = []
+        self.current_device: Callable[[], int] = lambda: 0
+        self.current_raw_stream: Callable[[int], int] = lambda device: 0
+
+    # ---- naming -------------------------------------------------------------------------------------------------
+    def thread_actor(self) -> str:
+        ident = threading.get_ident()
+        name = self._thread_names.get(ident)
+        if name is None:
+            name = self._new_thread(ident)
+        return name
+
+    def _new_thread(self, ident: int) -> str:
+        name = f"T{ident}"
+        caller = self._backward_caller
+        if caller is not None and caller != name:
+            # A thread first seen during backward() is one of the autograd engine's: its work follows the caller.
+            self.emit("thread_start", caller, name)
+            self._engine_threads.append((ident, name))
+        self._thread_names[ident] = name
+        return name
+
+    def stream_actor(self, device: int, handle: int | None = None) -> str:
+        """The actor of `handle` on `device`, or of the calling thread's current stream there."""
+        if handle is None:
+            handle = self.current_raw_stream(device)
+        names = self._stream_names.get(device)
+        if names is None:
+            names = self._stream_names[device] = {}
+        name = names.get(handle)
+        if name is None:
+            name = names[handle] = f"cuda:{device}/s{handle}"
+            if handle:
+                self._device_of_handle[handle] = device
+        return name
+
+    def stream_actor_of_handle(self, handle: int) -> str:
+        """For trace callbacks, which report a raw stream handle without its device."""
+        device = self._device_of_handle.get(handle) if handle else None
+        if device is None:
+            device = self.current_device()
+        return self.stream_actor(device, handle)
+
+    # ---- backward(): the engine threads are ordered with the thread that called it --------------------------------
+    def backward_begin(self) -> None:
+        self._backward_caller = self.thread_actor()
+
+    def backward_end(self) -> None:
+        caller, self._backward_caller = self._backward_caller, None
+        engine, self._engine_threads = self._engine_threads, []
+        for ident, name in engine:
+            if caller is not None:
+                self.emit("thread_join", caller, name)
+            # Forget the engine thread so the next backward() links it again.
+            self._thread_names.pop(ident, None)
+
+    # ---- feeding the sink ------------------------------------------------------------------------------------------
+    def begin_op(self) -> None:
+        self._tls.deferred = []
+
+    def end_op(self) -> list | None:
+        deferred = getattr(self._tls, "deferred", None)
+        self._tls.deferred = None
+        return deferred
+
+    def emit(self, method: str, *args: Any) -> None:
+        """Call the sink now, or after the running op's own event when called from inside an op."""
+        if not self.active:
+            return
+        deferred = getattr(self._tls, "deferred", None)
+        if deferred is not None:
+            deferred.append((method, args))
+            return
+        self.emit_now(((method, args),))
+
+    def emit_now(self, calls) -> None:
+        try:
+            with self.lock:
+                sink = self.sink
+                for method, args in calls:
+                    getattr(sink, method)(*args)
+        except RaceError as exc:
+            self.pending_raise = exc
+        except Exception as exc:  # noqa: BLE001 - any bug of ours must not reach the program
+            self.fail(exc)
+
+    def take_pending_raise(self) -> None:
+        exc = self.pending_raise
+        if exc is not None:
+            self.pending_raise = None
+            raise exc
+
+    def fail(self, exc: BaseException) -> None:
+        """Switch instrumentation off after an internal error and report it once."""
+        if not self.active:
+            return
+        self.active = False
+        self.error = exc
+        if self.on_error is not None:
+            try:
+                self.on_error(exc)
+            except Exception:  # noqa: BLE001
+                pass

@@ -1,0 +1,279 @@
+"""`streamcheck.watch()`: run the race detector inside a real program, report, and keep going.
+
+    with streamcheck.watch():          # or: w = streamcheck.watch(); w.start(); ...; w.stop()
+        train()
+
+Started by `streamcheck run` through the environment (STREAMCHECK=1, see launch.py) in every rank.
+
+- Report-and-continue: a race is written to the JSONL sink and echoed once to stderr; the program is never
+  interrupted, unless `fail_fast=True`, which raises RaceError at the first race.
+- Any exception inside streamcheck is caught, reported once, and instrumentation switches itself off; the program
+  runs on unobserved.
+- Findings are deduplicated by (race kind, earlier site, later site) — for a RAW race the write site and the read
+  site — with a count; sites are blamed on the first frame outside torch and streamcheck.
+- The sink: `<out_dir>/streamcheck-rank{R}.jsonl`, a header line, then one Finding.to_dict() line per new finding,
+  flushed at once so a killed job keeps what it found; `stop()` appends a final line for every finding seen more
+  than once, with its count (readers keep the last line of each fingerprint).
+- `trace=PATH` also records every event into a trace that `streamcheck analyze` replays offline.
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from streamcheck.findings import Finding
+
+from .detector import Detector, Race
+from .races import Names, race_finding
+from .recorder import RaceError, Recorder, Tee
+from .sites import SiteTable
+
+FINDINGS_FORMAT = "streamcheck-findings"
+FINDINGS_VERSION = 1
+_MAX_KEPT_RACES = 10000  # the Detector keeps every race; a long run must not grow without bound
+
+_current: "Watch | None" = None
+
+
+class SiteFrames:
+    """The Mapping races.Names wants (site id -> frames), resolved from the SiteTable only when asked."""
+
+    def __init__(self, table: SiteTable) -> None:
+        self.table = table
+
+    def get(self, site: int, default: Any = None) -> Any:
+        frames = self.table.frames(site)
+        return frames or default
+
+    def __getitem__(self, site: int) -> list:
+        frames = self.table.frames(site)
+        if not frames:
+            raise KeyError(site)
+        return frames
+
+
+def findings_path(out_dir: str | os.PathLike, rank: int) -> Path:
+    return Path(out_dir) / f"streamcheck-rank{rank}.jsonl"
+
+
+class Watch:
+    """One process's runtime detector: hooks + Detector + dedupe + JSONL sink."""
+
+    def __init__(self, out_dir: str | os.PathLike | None = None, *, rank: int | None = None,
+                 world_size: int | None = None, fail_fast: bool = False, trace: str | os.PathLike | None = None,
+                 echo: bool = True, append: bool = False) -> None:
+        self.out_dir = Path(out_dir if out_dir is not None else os.environ.get("STREAMCHECK_OUT", "."))
+        self.rank = int(rank if rank is not None else os.environ.get("RANK", 0))
+        self.world_size = int(world_size if world_size is not None else os.environ.get("WORLD_SIZE", 1))
+        self.fail_fast = fail_fast
+        self.trace_path = trace
+        self.echo = echo
+        self.append = append
+        self.findings: dict[tuple, Finding] = {}
+        self.counts: dict[tuple, int] = {}
+        self.errors: list[str] = []
+        self.detector: Detector | None = None
+        self.recorder: Recorder | None = None
+        self.started = False
+        self._sink = None
+        self._trace = None
+        self._names: Names | None = None
+        self._hooks: list[Any] = []
+        self._mode = None
+        self._lock = threading.Lock()
+
+    # ---- life cycle ---------------------------------------------------------------------------------------------
+    def start(self) -> "Watch":
+        global _current
+        if self.started:
+            return self
+        if _current is not None and _current is not self:
+            raise RuntimeError("streamcheck.watch(): another watch is already running in this process")
+        self.detector = Detector(on_race=self._on_race)
+        sites = SiteTable()
+        self._names = Names(SiteFrames(sites), self.detector.stream_names, self.detector.storage_infos)
+        sink: Any = self.detector
+        if self.trace_path is not None:
+            from .trace import TraceWriter
+
+            trace_path = Path(str(self.trace_path).replace("{rank}", str(self.rank)))
+            trace_path.parent.mkdir(parents=True, exist_ok=True)
+            self._trace = TraceWriter(trace_path, rank=self.rank, world_size=self.world_size, pid=os.getpid())
+            sink = Tee(self.detector, self._trace)
+        self.recorder = Recorder(sink, sites, on_error=self._on_internal_error)
+        self._open_sink()
+        _current = self
+        self.started = True
+        try:
+            self._install_hooks()
+        except Exception as exc:  # noqa: BLE001 - the program runs on, unobserved
+            self.recorder.fail(exc)
+        return self
+
+    def stop(self) -> list[Finding]:
+        """Remove the hooks, write final counts, close files; returns the findings (with counts)."""
+        global _current
+        if not self.started:
+            return self.results()
+        self.started = False
+        if self.recorder is not None:
+            self.recorder.active = False
+        self._uninstall_hooks()
+        if _current is self:
+            _current = None
+        with self._lock:
+            if self._sink is not None:
+                for key, finding in self.findings.items():
+                    if self.counts[key] > 1:
+                        self._write_line(self.results_for(key).to_dict())
+                self._sink.close()
+                self._sink = None
+        if self._trace is not None:
+            sites = self.recorder.sites
+            for site in range(len(sites)):
+                self._trace.site(site, sites.frames(site))
+            self._trace.close()
+            self._trace = None
+        return self.results()
+
+    def __enter__(self) -> "Watch":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def results_for(self, key: tuple) -> Finding:
+        return dataclasses.replace(self.findings[key], count=self.counts[key])
+
+    def results(self) -> list[Finding]:
+        return [self.results_for(key) for key in self.findings]
+
+    # ---- hooks ---------------------------------------------------------------------------------------------------
+    def _install_hooks(self) -> None:
+        import torch
+
+        from .collectives import CollectiveHooks
+        from .dispatch import AccessCollector, StreamcheckMode
+        from .host import PinnedMemory
+        from .threads import ThreadHooks
+
+        rec = self.recorder
+        pinned = PinnedMemory()
+        plans: dict = {}
+        collectives = CollectiveHooks(rec, lambda: AccessCollector(pinned))
+
+        def make_mode() -> StreamcheckMode:
+            return StreamcheckMode(rec, plans, pinned, collectives)
+
+        if torch.cuda.is_available():
+            from . import cuda_trace
+
+            cuda_trace.install(rec)
+            self._hooks.append(cuda_trace)
+        collectives.install()
+        self._hooks.append(collectives)
+        threads = ThreadHooks(rec, make_mode)
+        threads.install()
+        self._hooks.append(threads)
+        self._mode = make_mode()
+        # Kept entered (not a `with` block) so the autograd engine's threads see it too.
+        self._mode.__enter__()
+        self._mode_thread = threading.get_ident()
+
+    def _uninstall_hooks(self) -> None:
+        if self._mode is not None:
+            try:
+                if threading.get_ident() == self._mode_thread:
+                    self._mode.__exit__(None, None, None)
+            except Exception:  # noqa: BLE001 - a mode stack the program rearranged: leave it, it is inactive now
+                pass
+            self._mode = None
+        while self._hooks:
+            hook = self._hooks.pop()
+            try:
+                hook.uninstall()
+            except Exception:  # noqa: BLE001
+                pass
+
+    # ---- races ---------------------------------------------------------------------------------------------------
+    def _site_key(self, site: int, op: str) -> tuple:
+        frame = self._names.frame(site)
+        return (frame[0], frame[1]) if frame else ("<unknown>", op)
+
+    def _on_race(self, race: Race) -> None:
+        key = (race.kind, self._site_key(race.earlier.site, race.earlier.op),
+               self._site_key(race.later.site, race.later.op))
+        races = self.detector.races
+        if len(races) > _MAX_KEPT_RACES:
+            del races[: len(races) - _MAX_KEPT_RACES // 10]
+        with self._lock:
+            if key in self.counts:
+                self.counts[key] += 1
+                return
+            finding = self._finding(race)
+            self.findings[key] = finding
+            self.counts[key] = 1
+            self._write_line(finding.to_dict())
+        if self.echo:
+            print(f"streamcheck: rank {self.rank}: {finding.rule} {finding.message}", file=sys.stderr, flush=True)
+        if self.fail_fast:
+            raise RaceError(finding.message)
+
+    def _finding(self, race: Race) -> Finding:
+        finding = race_finding(race, self._names)
+        extra = dict(finding.extra)
+        extra["rank"] = self.rank
+        extra["pid"] = os.getpid()
+        extra["earlier_stack"] = self._stack(race.earlier.site)
+        extra["later_stack"] = self._stack(race.later.site)
+        return dataclasses.replace(finding, extra=extra)
+
+    def _stack(self, site: int) -> list[str]:
+        return [f"{path}:{line} in {function}" for path, line, function in self.recorder.sites.frames(site)]
+
+    def _on_internal_error(self, exc: BaseException) -> None:
+        message = f"streamcheck: internal error, instrumentation switched off for the rest of the run: {exc!r}"
+        self.errors.append(repr(exc))
+        print(message, file=sys.stderr, flush=True)
+        with self._lock:
+            self._write_line({"e": "error", "rank": self.rank, "error": repr(exc)})
+
+    # ---- the JSONL sink ------------------------------------------------------------------------------------------
+    def _open_sink(self) -> None:
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        path = findings_path(self.out_dir, self.rank)
+        self._sink = open(path, "a" if self.append else "w", encoding="utf-8")
+        self._write_line({"e": "header", "format": FINDINGS_FORMAT, "version": FINDINGS_VERSION, "rank": self.rank,
+                          "world_size": self.world_size, "pid": os.getpid(), "argv": list(sys.argv),
+                          "started": time.time()})
+        self.path = path
+
+    def _write_line(self, record: dict) -> None:
+        if self._sink is None:
+            return
+        self._sink.write(json.dumps(record, default=str) + "\n")
+        self._sink.flush()
+
+
+def watch(out_dir: str | os.PathLike | None = None, **options: Any) -> Watch:
+    """A Watch (not started): use it as a context manager, or call start() / stop()."""
+    return Watch(out_dir, **options)
+
+
+def start_from_environment() -> Watch | None:
+    """STREAMCHECK=1: start a watch for this process and stop it at exit (used by launch.py's bootstrap)."""
+    if os.environ.get("STREAMCHECK") != "1" or _current is not None:
+        return None
+    w = Watch(os.environ.get("STREAMCHECK_OUT", "."), fail_fast=os.environ.get("STREAMCHECK_FAIL_FAST") == "1",
+              trace=os.environ.get("STREAMCHECK_TRACE") or None, append=True)
+    w.start()
+    atexit.register(w.stop)
+    return w

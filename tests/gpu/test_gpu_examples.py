@@ -1,0 +1,140 @@
+"""Scenarios 20-27 as real programs on GPUs, each run under `streamcheck run`: racy -> exactly its finding, fixed -> none.
+
+Each racy example marks its two accesses with `# streamcheck: earlier` and `# streamcheck: race`; the finding must
+point at exactly those lines (primary = the later access, first related = the earlier one).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from streamcheck.instrument.launch import RANK_FILE_GLOB, merge_findings
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+
+# example -> (rule, race kind, ranks)
+ONE_GPU = {
+    "views_offset": ("SC201", "WAW"),
+    "free_without_record_stream": ("SC202", "FREE"),
+    "host_read_after_d2h": ("SC203", "HOST"),
+    "pinned_overwrite_h2d": ("SC203", "HOST"),
+    "user_threads": ("SC201", "WAW"),
+    "backward_hook_hpz": ("SC201", "RAW"),
+    "hpz_race": ("SC201", "RAW"),
+}
+
+
+def marker_line(path: Path, marker: str) -> int:
+    lines = [n for n, text in enumerate(path.read_text().splitlines(), 1) if f"# streamcheck: {marker}" in text]
+    assert len(lines) == 1, f"{path}: expected one '# streamcheck: {marker}' line, found {lines}"
+    return lines[0]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def run_example(script: Path, out: Path, nproc: int = 1) -> tuple[int, list]:
+    if nproc == 1:
+        command = [sys.executable, str(script)]
+    else:
+        command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
+                   "--master_port", str(free_port()), str(script)]
+    done = subprocess.run([sys.executable, "-m", "streamcheck.cli", "run", "--out", str(out), "--format", "json",
+                           "--", *command], capture_output=True, text=True, timeout=240, cwd=out.parent)
+    print(done.stdout[-4000:], done.stderr[-4000:], sep="\n")
+    merged = merge_findings(out.glob(RANK_FILE_GLOB))
+    assert not merged.errors, merged.errors
+    assert sorted(merged.ranks) == list(range(nproc)), (merged.ranks, done.stderr[-2000:])
+    return done.returncode, merged.findings
+
+
+def check_racy(name: str, rule: str, kind: str, tmp_path: Path, nproc: int = 1) -> None:
+    script = EXAMPLES / name / "racy.py"
+    if not script.exists():
+        pytest.skip(f"{script} not written yet")
+    returncode, findings = run_example(script, tmp_path / "racy", nproc)
+    summary = json.dumps([f.to_dict() for f in findings], indent=1)[:3000]
+    assert len(findings) == 1, summary
+    finding = findings[0]
+    assert (finding.rule, finding.kind) == (rule, kind), summary
+    assert Path(finding.primary.path).resolve() == script.resolve(), summary
+    assert finding.primary.line == marker_line(script, "race"), summary
+    earlier = finding.related[0]
+    assert Path(earlier.path).resolve() == script.resolve(), summary
+    assert earlier.line == marker_line(script, "earlier"), summary
+    assert finding.extra["ranks"] == list(range(nproc)), summary
+    assert finding.count == nproc, summary
+    assert returncode == 1
+
+
+def check_fixed(name: str, tmp_path: Path, nproc: int = 1) -> None:
+    script = EXAMPLES / name / "fixed.py"
+    if not script.exists():
+        pytest.skip(f"{script} not written yet")
+    returncode, findings = run_example(script, tmp_path / "fixed", nproc)
+    assert findings == [], json.dumps([f.to_dict() for f in findings], indent=1)[:3000]
+    assert returncode == 0
+
+
+@pytest.mark.parametrize("name", sorted(ONE_GPU))
+def test_racy_example_gives_exactly_its_finding(name: str, tmp_path: Path) -> None:
+    rule, kind = ONE_GPU[name]
+    check_racy(name, rule, kind, tmp_path)
+
+
+@pytest.mark.parametrize("name", sorted(ONE_GPU))
+def test_fixed_example_gives_no_finding(name: str, tmp_path: Path) -> None:
+    check_fixed(name, tmp_path)
+
+
+two_gpus = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
+
+
+@pytest.mark.gpu2
+@two_gpus
+def test_async_collective_racy_on_two_ranks(tmp_path: Path) -> None:
+    check_racy("async_collective", "SC201", "RAW", tmp_path, nproc=2)
+
+
+@pytest.mark.gpu2
+@two_gpus
+def test_async_collective_fixed_on_two_ranks(tmp_path: Path) -> None:
+    check_fixed("async_collective", tmp_path, nproc=2)
+
+
+def test_watch_keeps_the_program_running_and_counts_repeats(tmp_path: Path) -> None:
+    """Report-and-continue in one process: each racy pair hit again and again is one finding with its count."""
+    import streamcheck
+
+    side = torch.cuda.Stream()
+    buf = torch.zeros(1 << 16, device="cuda")
+    torch.cuda.synchronize()
+    with streamcheck.watch(tmp_path, echo=False) as w:
+        for _ in range(5):
+            buf.add_(1.0)  # RAW with the next line; WAR with it from the second round on
+            with torch.cuda.stream(side):
+                total = buf.sum()
+        torch.cuda.synchronize()
+    counts = {f.kind: f.count for f in w.results()}
+    assert counts == {"RAW": 5, "WAR": 4}, w.results()
+    assert total.numel() == 1 and bool((buf == 5.0).all())  # the program ran to the end, unchanged
+    lines = [json.loads(line) for line in (tmp_path / "streamcheck-rank0.jsonl").read_text().splitlines()]
+    assert lines[0]["e"] == "header"
+    assert [(line["kind"], line["count"]) for line in lines[1:]] == [("RAW", 1), ("WAR", 1), ("RAW", 5), ("WAR", 4)]

@@ -1,0 +1,109 @@
+"""`streamcheck run`: launcher detection, the environment bootstrap, merging rank files, and the command end to end
+on CPU (the program feeds synthetic GPU events to the watch that the bootstrap started in it)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import threading
+
+from streamcheck.cli import main
+from streamcheck.findings import Finding, Location
+from streamcheck.instrument.launch import is_launcher, merge_findings
+
+PROGRAM = textwrap.dedent(
+    """
+    import sys
+    from streamcheck.instrument import watch
+
+    w = watch._current
+    assert w is not None, "the bootstrap did not start a watch"
+    rec = w.recorder
+    for _ in range(int(sys.argv[1])):
+        rec.emit("kernel", "T1", "cuda:0/s0", [], [(64, 0, 8)], rec.sites.capture(1), "aten::fill_")  # write
+        rec.emit("kernel", "T1", "cuda:0/s9", [(64, 0, 8)], [], rec.sites.capture(1), "aten::sum")  # read
+        rec.emit("sync_device", "T1", 0)
+    print("program finished")
+    """
+)
+
+
+def test_launchers_are_recognized_and_ranks_are_not():
+    assert is_launcher(["python3", "-m", "torch.distributed.run", "--nproc_per_node", "2", "train.py"])
+    assert is_launcher(["python3", "-u", "-m", "deepspeed.launcher.launch", "--world_info=abc"])
+    assert is_launcher(["python3", "/usr/bin/torchrun", "train.py"])
+    assert is_launcher(["python", "/opt/bin/deepspeed", "train.py"])
+    assert not is_launcher(["python3", "-u", "train.py", "--local_rank=0"])
+    assert not is_launcher(["python3", "-m", "pytest"])
+    assert not is_launcher(["python3"])
+
+
+def finding_line(kind, line, count, rank, pid):
+    finding = Finding("SC201", "m", Location("a.py", line, role="read"), kind=kind, count=count,
+                      extra={"rank": rank, "pid": pid})
+    return json.dumps(finding.to_dict())
+
+
+def test_merge_sums_counts_over_processes_and_keeps_each_process_last_count(tmp_path):
+    header = lambda rank: json.dumps({"e": "header", "rank": rank})  # noqa: E731
+    (tmp_path / "streamcheck-rank0.jsonl").write_text("\n".join([
+        header(0), finding_line("RAW", 5, 1, 0, 100), finding_line("WAR", 9, 1, 0, 100),
+        finding_line("RAW", 5, 7, 0, 100)]) + "\n")
+    (tmp_path / "streamcheck-rank1.jsonl").write_text("\n".join([
+        header(1), finding_line("RAW", 5, 1, 1, 200), '{"e": "error", "rank": 1, "error": "boom"}', "not json"]) + "\n")
+    merged = merge_findings(sorted(tmp_path.glob("streamcheck-rank*.jsonl")))
+    by_kind = {f.kind: (f.count, f.extra["ranks"]) for f in merged.findings}
+    assert by_kind == {"RAW": (8, [0, 1]), "WAR": (1, [0])}
+    assert merged.ranks == {0, 1}
+    assert merged.errors == ["rank 1: boom"]
+    assert len(merged.bad_lines) == 1 and merged.bad_lines[0].endswith(
+        "streamcheck-rank1.jsonl:4: Expecting value: line 1 column 1 (char 0)")
+
+
+def test_run_instruments_the_program_and_reports_what_it_found(tmp_path):
+    program = tmp_path / "program.py"
+    program.write_text(PROGRAM)
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "streamcheck.cli", "run", "--out", str(out), "--format", "json",
+                           "--", sys.executable, str(program), "4"], capture_output=True, text=True, timeout=120,
+                          cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert "program finished" in done.stdout
+    report = json.loads(done.stdout[done.stdout.index("{"):])
+    (finding,) = report["findings"]
+    source = PROGRAM.splitlines()
+    read_line = [n for n, line in enumerate(source, 1) if line.endswith("# read")][0]
+    assert (finding["kind"], finding["count"], finding["primary"]["line"]) == ("RAW", 4, read_line)
+    assert finding["primary"]["path"] == str(program)
+    assert "instrumented ranks: 0; command exit code 0" in done.stderr
+
+
+def test_run_without_a_command_is_a_usage_error(capsys):
+    assert main(["run"]) == 2
+    assert "no command given" in capsys.readouterr().err
+
+
+def test_run_reports_a_command_that_cannot_start(tmp_path, capsys):
+    assert main(["run", "--out", str(tmp_path), "--", str(tmp_path / "no-such-program")]) == 2
+    assert "cannot start" in capsys.readouterr().err
+
+
+def test_watched_threads_enter_the_mode_and_report_start_and_join(tmp_path):
+    import torch.utils._python_dispatch as python_dispatch
+
+    import streamcheck
+    from streamcheck.instrument.dispatch import StreamcheckMode
+
+    modes = []
+    trace = tmp_path / "trace.jsonl"
+    with streamcheck.watch(tmp_path, trace=trace, echo=False) as w:
+        child = threading.Thread(target=lambda: modes.append(python_dispatch._get_current_dispatch_mode()))
+        child.start()
+        child.join()
+        parent = w.recorder.thread_actor()
+    assert isinstance(modes[0], StreamcheckMode)
+    events = [json.loads(line) for line in trace.read_text().splitlines()]
+    links = [(e["e"], e["parent"], e["child"]) for e in events if e["e"].startswith("thread_")]
+    assert links == [("thread_start", parent, f"T{child.ident}"), ("thread_join", parent, f"T{child.ident}")]
