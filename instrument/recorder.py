@@ -93,7 +93,15 @@ class Recorder:
             name = names[handle] = f"cuda:{device}/s{handle}"
             if handle:
                 self._device_of_handle[handle] = device
+                self._name_stream(name)
         return name
+
+    def _name_stream(self, actor: str) -> None:
+        """Name a side stream after the first place that used it: raw handles mean nothing to a reader."""
+        frames = self.sites.frames(self.sites.capture(3))
+        if frames:
+            path, line, function = frames[0]
+            self.emit("stream_name", actor, f"first used at {path.rsplit('/', 1)[-1]}:{line} in {function}")
 
     def stream_actor_of_handle(self, handle: int) -> str:
         """For trace callbacks, which report a raw stream handle without its device."""

@@ -29,7 +29,7 @@ def _package_dir(name: str) -> str | None:
 class SiteTable:
     """Interns call sites; `capture()` on the hot path, `frames(site)` when a site is reported."""
 
-    def __init__(self, depth: int = 6, extra_internal: tuple[str, ...] = ()) -> None:
+    def __init__(self, depth: int = 8, extra_internal: tuple[str, ...] = ()) -> None:
         self.depth = depth
         internal = [d for d in (_package_dir("torch"), _package_dir("streamcheck")) if d]
         here = os.path.dirname(os.path.abspath(__file__)) + os.sep  # instrument/ when run from a source tree

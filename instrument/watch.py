@@ -99,7 +99,10 @@ class Watch:
             raise RuntimeError("streamcheck.watch(): another watch is already running in this process")
         self.detector = Detector(on_race=self._on_race)
         sites = SiteTable()
-        self._names = Names(SiteFrames(sites), self.detector.stream_names, self.detector.storage_infos)
+        self._names = Names(SiteFrames(sites))
+        # the Detector's own dicts (not copies): names arrive while the program runs
+        self._names.stream_names = self.detector.stream_names
+        self._names.storage_infos = self.detector.storage_infos
         sink: Any = self.detector
         if self.trace_path is not None:
             from .trace import TraceWriter

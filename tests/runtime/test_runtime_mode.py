@@ -126,3 +126,15 @@ def test_backward_links_engine_threads_to_the_caller():
     engine.join()
     recorder.backward_end()
     assert sink.calls == [("thread_start", caller, seen[0]), ("thread_join", caller, seen[0])]
+
+
+def test_a_side_stream_is_named_after_the_first_place_that_used_it():
+    sink = RecordingSink()
+    recorder = Recorder(sink)
+    recorder.current_raw_stream = lambda device: 0x5A5A
+    actor = recorder.stream_actor(1)  # first use
+    assert actor == "cuda:1/s23130" and recorder.stream_actor(1) == actor
+    line = [n for n, text in enumerate(open(__file__).read().splitlines(), 1) if text.endswith("# first use")][0]
+    function = "test_a_side_stream_is_named_after_the_first_place_that_used_it"
+    assert sink.calls == [("stream_name", actor, f"first used at test_runtime_mode.py:{line} in {function}")]
+    assert recorder.stream_actor(1, 0) == "cuda:1/s0" and len(sink.calls) == 1  # the default stream needs no name
