@@ -36,6 +36,8 @@ class ReportContext:
     baselined: int = 0
     skipped: list[str] = field(default_factory=list)  # "path: why" for files left out on purpose
     color: bool = False  # text only: ANSI colours (the command decides: a terminal, no NO_COLOR)
+    scope: str = ""  # what was checked, when not files (runtime reports: "2 ranks"); the text summary says it
+    runtime_layout: bool = False  # text only: runtime races laid out by report/runtime_text.py (streamcheck report)
 
     def rule(self, rule_id: str) -> RuleInfo:
         return self.rules.get(rule_id) or RuleInfo(rule_id)

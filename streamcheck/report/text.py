@@ -15,6 +15,8 @@ from rich.text import Text
 
 from streamcheck.findings import Finding, Location
 from streamcheck.report import ReportContext, count_by_rule
+from streamcheck.report.runtime import is_runtime_finding
+from streamcheck.report.runtime_text import render_runtime_finding
 
 _SEVERITY_STYLE = {"error": "bold red", "warning": "bold yellow"}
 
@@ -23,7 +25,10 @@ def write(findings: list[Finding], out: TextIO, context: ReportContext) -> None:
     console = Console(file=out, highlight=False, soft_wrap=True, emoji=False, force_terminal=context.color,
                       no_color=not context.color, color_system="auto" if context.color else None)
     for finding in findings:
-        console.print(render_finding(finding))
+        if context.runtime_layout and is_runtime_finding(finding):
+            console.print(render_runtime_finding(finding, _SEVERITY_STYLE.get(finding.severity, "bold cyan")))
+        else:
+            console.print(render_finding(finding))
     console.print(summary(findings, context))
 
 
@@ -99,7 +104,7 @@ def _plain(value) -> str:
 
 
 def summary(findings: list[Finding], context: ReportContext) -> Text:
-    files = f"{context.files} file{'s' if context.files != 1 else ''}"
+    files = context.scope or f"{context.files} file{'s' if context.files != 1 else ''}"
     extra = []
     if context.suppressed:
         extra.append(f"{context.suppressed} suppressed inline")

@@ -1,0 +1,111 @@
+"""`streamcheck report DIR|FILES`: merge the per-rank runtime findings of a job into one report.
+
+Inputs are the `streamcheck-rank{R}.jsonl` files the runtime writes (or the directory holding them), and optionally
+the traces of `streamcheck run --trace`: a trace names streams and tensors, is the source of the pictures, and stands
+in for the findings of a rank that has no findings file. Each finding is printed once, with the ranks that saw it
+and how often (streamcheck/merge.py). `--graph DIR` writes each finding's happens-before picture there, as DOT and as
+a self-contained HTML page (streamcheck/report/graph.py).
+Exit: 0 no finding, 1 findings, 2 unusable input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("inputs", nargs="+", metavar="DIR|FILE",
+                        help="per-rank findings files (streamcheck-rank*.jsonl), traces, or directories holding them")
+    parser.add_argument("--format", choices=("text", "json", "sarif", "github"), default="text",
+                        help="report format (default: text)")
+    parser.add_argument("--graph", metavar="DIR", help="write each finding's happens-before picture (DOT, HTML) here")
+    parser.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE instead of stdout")
+    parser.add_argument("--color", choices=("auto", "always", "never"), default="auto",
+                        help="colour the text report (auto: on a terminal without NO_COLOR)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from streamcheck.merge import MergeError, merge
+
+    try:
+        merged = merge(args.inputs)
+    except MergeError as exc:
+        print(f"streamcheck report: {exc}", file=sys.stderr)
+        return 2
+    for warning in merged.warnings:
+        print(f"streamcheck report: warning: {warning}", file=sys.stderr)
+    if not merged.files:
+        print("streamcheck report: none of the inputs is a streamcheck findings file or trace", file=sys.stderr)
+        return 2
+    for error in merged.errors:
+        print(f"streamcheck report: the run reported an instrumentation error on {error}", file=sys.stderr)
+    findings = enriched_findings(merged)
+    try:
+        _write(args, findings, merged)
+    except OSError as exc:
+        if not args.output or isinstance(exc, BrokenPipeError):
+            raise  # stdout went away: the cli ends quietly
+        print(f"streamcheck report: cannot write {args.output}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    if args.graph:
+        from streamcheck.report.graph import write_graphs
+
+        try:
+            written = write_graphs(findings, merged, args.graph)
+        except OSError as exc:
+            print(f"streamcheck report: cannot write graphs into {args.graph}: {exc.strerror or exc}",
+                  file=sys.stderr)
+            return 2
+        for path in written:
+            print(f"streamcheck report: wrote {path}", file=sys.stderr)
+    return 1 if findings else 0
+
+
+def trace_names(merged) -> dict:
+    """rank -> TraceNames of that rank's trace (unreadable traces become a warning on stderr)."""
+    from streamcheck.instrument.trace import TraceError, read_trace
+    from streamcheck.report.runtime import TraceNames
+
+    names = {}
+    for rank, trace in merged.traces.items():
+        try:
+            names[rank] = TraceNames.from_events(read_trace(trace.path))
+        except TraceError as exc:
+            print(f"streamcheck report: warning: {exc}; names from this trace are left out", file=sys.stderr)
+    return names
+
+
+def enriched_findings(merged) -> list:
+    from streamcheck.merge import rank_of
+    from streamcheck.report.runtime import enrich
+
+    names = trace_names(merged) if merged.traces else {}
+    return [enrich(finding, names.get(rank_of(finding)), merged.world_size) for finding in merged.findings]
+
+
+def _write(args: argparse.Namespace, findings: list, merged) -> None:
+    from streamcheck.cli import _version
+    from streamcheck.report import ReportContext, write_report
+    from streamcheck.report.runtime import RUNTIME_RULES
+
+    ranks = sorted(merged.ranks)
+    scope = f"{len(ranks)} rank{'s' if len(ranks) != 1 else ''}" if ranks else "no rank"
+    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
+    try:
+        color = args.color == "always" or (args.color == "auto" and not args.output and _is_tty(out)
+                                           and "NO_COLOR" not in os.environ)
+        context = ReportContext(tool_version=_version(), rules=dict(RUNTIME_RULES), scope=scope,
+                                runtime_layout=True, color=color)
+        write_report(args.format, findings, out, context)
+    finally:
+        if args.output:
+            out.close()
+
+
+def _is_tty(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
