@@ -73,6 +73,17 @@ def bench_accesses(n: int) -> dict[str, float]:
     kernel = d.kernel
     results["kernel read of a view (splits a segment)"] = _time(
         lambda: [kernel(T, S2, ((s, 4096, 8192),), (), 3, "v") for s in range(n)], n)
+    d = _prepared(n // 5, True)
+    kernel = d.kernel
+    quarter = NBYTES // 4
+
+    def whole_write_then_four_view_reads():
+        for s in range(n // 5):
+            kernel(T, S2, (), ((s, 0, NBYTES),), 3, "w")
+            for q in range(4):
+                kernel(T, S2, ((s, q * quarter, (q + 1) * quarter),), (), 3, "v")
+
+    results["whole write, then 4 view reads (per kernel)"] = _time(whole_write_then_four_view_reads, n // 5 * 5)
     results["empty call, same arguments (floor)"] = _time(
         lambda: [_empty(T, S2, (), ((s, 0, NBYTES),), 3, "w") for s in range(n)], n)
     return results

@@ -25,6 +25,9 @@ Which races: every access is checked against the last write of each byte it touc
 latest read of each other actor since that write. All conflicting pairs that are unordered are reported, never
 only the first; one Race per (later access, earlier access, storage), its [start, end) spanning the bytes where
 they met. The detector never raises on odd input: unknown streams, threads, events and storages are created lazily.
+
+Not thread-safe: a method call updates several structures, so callers on several threads hold one lock around each
+call (the runtime's recorder does). `races` keeps every race; a long-running caller trims it.
 """
 
 from __future__ import annotations

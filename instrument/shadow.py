@@ -71,6 +71,31 @@ class StorageShadow:
             else:
                 cell.reads[access.actor] = access
             return found
+        if i < len(starts) and starts[i] <= start and end <= ends[i]:
+            # Inside one segment (a view of a buffer written whole): one check, then at most three pieces.
+            cell = cells[i]
+            found = _check(cell, access, clock, start, end, found)
+            if access.is_write:
+                middle = Cell(access)
+            else:
+                middle = cell.copy()
+                if middle.reads is None:
+                    middle.reads = {access.actor: access}
+                else:
+                    middle.reads[access.actor] = access
+            piece_starts, piece_ends, piece_cells = [start], [end], [middle]
+            if starts[i] < start:
+                piece_starts.insert(0, starts[i])
+                piece_ends.insert(0, start)
+                piece_cells.insert(0, cell)
+            if end < ends[i]:
+                piece_starts.append(end)
+                piece_ends.append(ends[i])
+                piece_cells.append(cell.copy() if starts[i] < start else cell)
+            starts[i:i + 1] = piece_starts
+            ends[i:i + 1] = piece_ends
+            cells[i:i + 1] = piece_cells
+            return found
         self._split_at(start)
         self._split_at(end)
         first = bisect_left(starts, start)

@@ -105,3 +105,21 @@ def test_unknown_sites_still_make_a_finding():
     finding = race_finding(d.races[0], Names.of(d))
     assert (finding.primary.path, finding.primary.line, finding.primary.note) == ("<unknown>", 0, "mul_ on cuda:0/s1")
     assert "after an unknown site" in finding.fix
+
+
+def test_shadow_segments_of_views():
+    """A view read inside a written segment splits it into three; a whole write merges them back into one."""
+    d = Detector()
+    d.kernel("T", S0, writes=[(1, 0, 8)], op="w")
+    d.kernel("T", S0, reads=[(1, 2, 4)], op="r")
+    shadow = d.shadows[1]
+    assert list(zip(shadow.starts, shadow.ends)) == [(0, 2), (2, 4), (4, 8)]
+    assert [sorted(c.reads or ()) for c in shadow.cells] == [[], [S0], []]
+    assert len({id(c) for c in shadow.cells}) == 3  # no two segments share a cell
+    d.kernel("T", S1, reads=[(1, 6, 10)], op="r2")  # reaches past the written bytes
+    assert list(zip(shadow.starts, shadow.ends)) == [(0, 2), (2, 4), (4, 6), (6, 8), (8, 10)]
+    assert [(r.kind, r.start, r.end) for r in d.races] == [("RAW", 6, 8)]
+    d.kernel("T", S1, writes=[(1, 0, 10)], op="w2")
+    assert list(zip(shadow.starts, shadow.ends)) == [(0, 10)]
+    assert [(r.kind, r.earlier.op, r.start, r.end) for r in d.races[1:]] == [
+        ("WAW", "w", 0, 8), ("WAR", "r", 2, 4)]
