@@ -73,6 +73,9 @@ def stream_label(actor: str, names: Mapping[str, str] | None = None, world_size:
     """A person's name for an actor id (see the module docstring)."""
     if names and names.get(actor):
         name = str(names[actor])
+        match = _STREAM.match(actor)
+        if match and "stream" not in name:  # "first used at x.py:3 in f" -> "side stream first used at ..."
+            name = f"{'compute' if match.group(2) == '0' else 'side'} stream {name}"
         device = device_of(actor)
         if device is None or "cuda:" in name:
             return name

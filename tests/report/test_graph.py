@@ -7,7 +7,8 @@ from pathlib import Path
 
 from streamcheck.cli import main
 from streamcheck.merge import merge
-from streamcheck.report.graph import GraphEdge, layout, race_graph
+from streamcheck.report.graph import GraphEdge, race_graph
+from streamcheck.report.graph_svg import layout
 from streamcheck.report.runtime import enrich
 
 from .conftest import DATA, SCENARIO26_TRACE
