@@ -176,6 +176,37 @@ class AccessCollector:
         self.device = -1
         self.touches_host = False
 
+    def ranges_of_arguments(self, where: tuple, args: tuple, kwargs: dict) -> list:
+        """ranges_of() the tensors in the arguments a plan names, without building the tensor list first."""
+        ranges: list = []
+        n_args = len(args)
+        for position, name in where:
+            value = args[position] if 0 <= position < n_args else kwargs.get(name)
+            if value is None:
+                continue
+            if isinstance(value, torch.Tensor):
+                self._add(value, ranges)
+            else:
+                tensors: list = []
+                _collect(value, tensors)
+                for tensor in tensors:
+                    self._add(tensor, ranges)
+        return ranges
+
+    def _add(self, tensor: torch.Tensor, ranges: list) -> None:
+        rng = byte_range(tensor)
+        if rng is None:
+            return
+        device = tensor.get_device()
+        if device >= 0:
+            if self.device < 0:
+                self.device = device
+        elif self.pinned.is_pinned(tensor, rng[0]):
+            self.touches_host = True
+        else:
+            return
+        ranges.append(rng)
+
     def ranges_of(self, tensors: list, fresh: bool = False) -> list:
         ranges = []
         for tensor in tensors:
@@ -231,9 +262,8 @@ class StreamcheckMode(TorchDispatchMode):
             return func(*args, **kwargs)
         try:
             collector = AccessCollector(self.pinned)
-            in_reads, in_writes = tensor_accesses(plan, args, kwargs)
-            reads = collector.ranges_of(in_reads)
-            writes = collector.ranges_of(in_writes)
+            reads = collector.ranges_of_arguments(plan.reads, args, kwargs) if plan.reads else []
+            writes = collector.ranges_of_arguments(plan.writes, args, kwargs) if plan.writes else []
             rec.begin_op()
         except Exception as exc:  # noqa: BLE001
             rec.fail(exc)
@@ -256,30 +286,39 @@ class StreamcheckMode(TorchDispatchMode):
 
     def _finish(self, plan: OpPlan, collector: AccessCollector, reads: list, writes: list, out: Any) -> None:
         rec = self.recorder
-        calls = []
-        outputs = fresh_outputs(plan, out)
-        if outputs:
-            writes.extend(collector.ranges_of(outputs, fresh=True))
+        allocs = []  # (base, tensor, allocated by the device's caching allocator)
+        if plan.fresh_returns:
+            fresh_blocks = rec.fresh_blocks
+            for tensor in fresh_outputs(plan, out):
+                rng = byte_range(tensor)
+                if rng is None:
+                    continue
+                device = tensor.get_device()
+                if device >= 0:
+                    if collector.device < 0:
+                        collector.device = device
+                    if fresh_blocks.pop(rng[0], None):
+                        allocs.append((rng[0], tensor, True))
+                elif self.pinned.is_pinned(tensor, rng[0], True):
+                    # A fresh pinned block: what happened at this address before is another tensor's story.
+                    allocs.append((rng[0], tensor, False))
+                else:
+                    continue
+                writes.append(rng)
         deferred = rec.end_op()
+        calls = []
         if reads or writes:
             thread = rec.thread_actor()
             site = rec.sites.capture(3)
             if collector.device >= 0:
                 stream = rec.stream_actor(collector.device)
-                if outputs:
-                    fresh_blocks = rec.fresh_blocks
-                    for tensor in outputs:
-                        rng = byte_range(tensor)
-                        if rng is not None and fresh_blocks.pop(rng[0], None):
-                            calls.append(("alloc", (rng[0], tensor.untyped_storage().nbytes(), stream, site)))
-                calls.append(("kernel", (thread, stream, reads, writes, site, plan.name)))
+                event = ("kernel", (thread, stream, reads, writes, site, plan.name))
             else:
-                for tensor in outputs:
-                    rng = byte_range(tensor)
-                    if rng is not None and self.pinned.is_pinned(tensor, rng[0]):
-                        # A fresh pinned block: what happened to this address before is another tensor's story.
-                        calls.append(("alloc", (rng[0], tensor.untyped_storage().nbytes(), thread, site)))
-                calls.append(("host_access", (thread, reads, writes, site, plan.name)))
+                stream = thread
+                event = ("host_access", (thread, reads, writes, site, plan.name))
+            for base, tensor, on_device in allocs:
+                calls.append(("alloc", (base, tensor.untyped_storage().nbytes(), stream if on_device else thread, site)))
+            calls.append(event)
         if deferred:
             calls.extend(deferred)
         if calls:

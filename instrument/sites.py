@@ -1,9 +1,9 @@
 """Call sites of recorded operations: captured cheaply on every op, turned into file/line/function only when reported.
 
 Capture walks up from the hook to the first frame whose file lies outside torch and streamcheck (the frame a user
-can act on), then keeps that frame and a few callers as (code object, line) pairs. The pairs are interned by the
-code objects' ids, so the hot path is a frame walk, a tuple and a dict lookup; the code objects are kept alive by
-the table, so an id is never reused for another function while the table exists.
+can act on). A site is that frame and its caller, interned by (code object id, line) pairs, so the hot path is a
+short frame walk, a tuple and a dict lookup; the first time a site is seen, a few more callers are kept for the
+report. The table keeps every code object it has seen alive, so an id never comes back for another function.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ class SiteTable:
         self._is_internal_code: dict[int, bool] = {}
         self._code_keepalive: dict[int, object] = {}
         self._ids: dict[tuple, int] = {}
-        self._keys: list[tuple] = []
+        self._chains: list[list[tuple]] = []
         self._lock = threading.Lock()
 
     def _classify(self, code) -> bool:
@@ -50,51 +50,55 @@ class SiteTable:
         return internal
 
     def capture(self, skip: int = 2) -> int:
-        """The site id of the caller `skip` frames up, blamed on its first frame outside torch/streamcheck."""
+        """The site id of the caller `skip` frames up, blamed on its first frame outside torch/streamcheck.
+
+        Sites are told apart by the blamed frame and its caller; the deeper chain shown in reports is taken the
+        first time such a pair is seen (later calls through the same pair from elsewhere share it).
+        """
         try:
             frame = sys._getframe(skip)
         except ValueError:
             return UNKNOWN_SITE
         is_internal = self._is_internal_code
         while frame is not None:
-            code = frame.f_code
-            internal = is_internal.get(id(code))
+            internal = is_internal.get(id(frame.f_code))
             if internal is None:
-                internal = self._classify(code)
+                internal = self._classify(frame.f_code)
             if not internal:
                 break
             frame = frame.f_back
         if frame is None:
             return UNKNOWN_SITE
-        key: tuple = ()
-        depth = self.depth
-        while frame is not None and depth:
-            code = frame.f_code
-            if id(code) not in is_internal:
-                self._classify(code)
-            key += (id(code), frame.f_lineno)
-            frame = frame.f_back
-            depth -= 1
+        caller = frame.f_back
+        if caller is None:
+            key = (id(frame.f_code), frame.f_lineno)
+        else:
+            key = (id(frame.f_code), frame.f_lineno, id(caller.f_code), caller.f_lineno)
         site = self._ids.get(key)
         if site is None:
-            with self._lock:
-                site = self._ids.get(key)
-                if site is None:
-                    site = len(self._keys)
-                    self._keys.append(key)
-                    self._ids[key] = site
+            site = self._intern(key, frame)
+        return site
+
+    def _intern(self, key: tuple, frame) -> int:
+        chain = []
+        depth = self.depth
+        while frame is not None and depth:
+            chain.append((frame.f_code, frame.f_lineno))  # the code objects stay alive: their ids stay unique
+            frame = frame.f_back
+            depth -= 1
+        with self._lock:
+            site = self._ids.get(key)
+            if site is None:
+                site = len(self._chains)
+                self._chains.append(chain)
+                self._ids[key] = site
         return site
 
     def frames(self, site: int) -> list[list]:
         """[[file, line, function], ...], the blamed frame first; [] for an unknown site."""
-        if site is None or site < 0 or site >= len(self._keys):
+        if site is None or site < 0 or site >= len(self._chains):
             return []
-        key = self._keys[site]
-        out = []
-        for i in range(0, len(key), 2):
-            code = self._code_keepalive[key[i]]
-            out.append([code.co_filename, key[i + 1], code.co_name])
-        return out
+        return [[code.co_filename, line, code.co_name] for code, line in self._chains[site]]
 
     def __len__(self) -> int:
-        return len(self._keys)
+        return len(self._chains)
