@@ -1,4 +1,8 @@
-"""`streamcheck explain SC101`: print a rule's documentation from the rule's own docstring."""
+"""`streamcheck explain SC101`: print a rule's documentation from the rule's own docstring.
+
+Covers the rules package's rules and the two the scan driver reports itself (SC001 unscannable file, SC002 unused
+suppression). Without a rule id it lists them all.
+"""
 
 from __future__ import annotations
 
@@ -12,15 +16,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from streamcheck.rules.registry import all_rules
+    from streamcheck.scanning import DRIVER_RULES
 
-    rules = {rule.id: rule for rule in all_rules()}
+    docs = {rule_id: (summary, doc) for rule_id, (summary, doc) in DRIVER_RULES.items()}
+    for rule in all_rules():
+        docs[rule.id] = (rule.summary, rule.documentation())
     if not args.rule:
-        for rule_id, rule in sorted(rules.items()):
-            print(f"{rule_id}  {rule.summary}")
+        for rule_id, (summary, _) in sorted(docs.items()):
+            print(f"{rule_id}  {summary}")
         return 0
-    rule = rules.get(args.rule.upper())
-    if rule is None:
-        print(f"streamcheck explain: unknown rule {args.rule!r}; known: {', '.join(sorted(rules))}", file=sys.stderr)
+    entry = docs.get(args.rule.upper())
+    if entry is None:
+        print(f"streamcheck explain: unknown rule {args.rule!r}; known: {', '.join(sorted(docs))}", file=sys.stderr)
         return 2
-    print(rule.documentation())
+    print(entry[1])
     return 0

@@ -107,6 +107,12 @@ def run(args: argparse.Namespace) -> int:
     except MissingPath as exc:
         print(f"streamcheck scan: {exc}: no such file or folder", file=sys.stderr)
         return EXIT_ERROR
+    except Exception as exc:  # a bug in the rules must not look like a verdict on the code
+        if os.environ.get("STREAMCHECK_DEBUG"):
+            raise
+        print(f"streamcheck scan: internal error in the analysis: {type(exc).__name__}: {exc}\n"
+              "  (a streamcheck bug: please report it; STREAMCHECK_DEBUG=1 shows the traceback)", file=sys.stderr)
+        return EXIT_ERROR
     finally:
         if progress:
             progress.close()

@@ -59,7 +59,9 @@ def _rule(context: ReportContext, rule_id: str) -> dict[str, Any]:
     info = context.rule(rule_id)
     rule: dict[str, Any] = {"id": rule_id, "shortDescription": {"text": info.summary or rule_id}}
     if info.documentation:
-        rule["fullDescription"] = {"text": info.documentation.split("\n\n")[0]}
+        # The paragraph after the title line: "What it does: ..." in the rules' docstring layout.
+        paragraphs = [p.strip() for p in info.documentation.split("\n\n") if p.strip()]
+        rule["fullDescription"] = {"text": " ".join((paragraphs[1] if len(paragraphs) > 1 else paragraphs[0]).split())}
         rule["help"] = {"text": info.documentation}
     rule["defaultConfiguration"] = {"level": "warning" if rule_id == "SC002" else "error"}
     return rule

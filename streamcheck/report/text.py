@@ -54,6 +54,8 @@ def render_finding(finding: Finding) -> Text:
             text.append(f"  | {line.strip()}", style="dim")
         text.append("\n")
     for key, value in finding.extra.items():
+        if value in ("", None, [], {}):
+            continue
         text.append(f"  {key:<15}", style="cyan")
         text.append(_plain(value) + "\n")
     if finding.fix:

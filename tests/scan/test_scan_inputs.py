@@ -151,3 +151,18 @@ def test_a_crash_in_fact_extraction_is_reported_not_raised(tree, capsys, monkeyp
     code, doc, _ = scan_json(capsys, "--no-cache", ".")
     assert positions(doc) == [("SC001", "z_good.py", 1, 1)]
     assert doc["findings"][0]["message"] == "internal error while reading the file: RuntimeError: boom"
+
+
+def test_a_crash_in_the_analysis_exits_2_with_a_message(tree, capsys, monkeypatch):
+    from . import fake_rules
+
+    def explode(facts_list, options, select=None):
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(fake_rules, "analyze", explode)
+    monkeypatch.setattr("streamcheck.scanning.default_backend", lambda config: fake_rules.backend())
+    monkeypatch.delenv("STREAMCHECK_DEBUG", raising=False)
+    code, out, err = scan_cli(capsys, "--no-cache", ".")
+    assert (code, out) == (2, "")
+    assert err == ("streamcheck scan: internal error in the analysis: RecursionError: maximum recursion depth "
+                   "exceeded\n  (a streamcheck bug: please report it; STREAMCHECK_DEBUG=1 shows the traceback)\n")
