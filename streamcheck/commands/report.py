@@ -86,22 +86,27 @@ def enriched_findings(merged) -> list:
 
 
 def _write(args: argparse.Namespace, findings: list, merged) -> None:
+    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
+    try:
+        color = args.color == "always" or (args.color == "auto" and not args.output and _is_tty(out)
+                                           and "NO_COLOR" not in os.environ)
+        write_merged(findings, merged, args.format, out, color)
+    finally:
+        if args.output:
+            out.close()
+
+
+def write_merged(findings: list, merged, fmt: str, out, color: bool = False) -> None:
+    """Write merged runtime findings (enriched_findings) in one of the formats; also for `streamcheck run`."""
     from streamcheck.cli import _version
     from streamcheck.report import ReportContext, write_report
     from streamcheck.report.runtime import RUNTIME_RULES
 
     ranks = sorted(merged.ranks)
     scope = f"{len(ranks)} rank{'s' if len(ranks) != 1 else ''}" if ranks else "no rank"
-    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
-    try:
-        color = args.color == "always" or (args.color == "auto" and not args.output and _is_tty(out)
-                                           and "NO_COLOR" not in os.environ)
-        context = ReportContext(tool_version=_version(), rules=dict(RUNTIME_RULES), scope=scope,
-                                runtime_layout=True, color=color)
-        write_report(args.format, findings, out, context)
-    finally:
-        if args.output:
-            out.close()
+    context = ReportContext(tool_version=_version(), rules=dict(RUNTIME_RULES), scope=scope, runtime_layout=True,
+                            color=color)
+    write_report(fmt, findings, out, context)
 
 
 def _is_tty(stream) -> bool:
