@@ -8,18 +8,14 @@ stays uninstrumented and every other process starts `streamcheck.watch()` (rank 
 `streamcheck-rank{R}.jsonl` in the output directory. A sitecustomize that ours shadows is still run after ours.
 
 Rank files are appended to (several processes of one rank, e.g. spawned helpers, each write their own header),
-so `run` clears them before it starts the command; `merge_findings` reads them back.
+so `run` clears them before it starts the command; streamcheck/merge.py reads them back.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
-from typing import Iterable
-
-from streamcheck.findings import Finding
 
 LAUNCHER_MODULES = frozenset(
     {"torch.distributed.run", "torch.distributed.launch", "deepspeed.launcher.runner", "deepspeed.launcher.launch"}
@@ -105,52 +101,3 @@ def prepare_environment(out_dir: Path, base: dict[str, str] | None = None, fail_
 def clear_rank_files(out_dir: Path) -> None:
     for path in out_dir.glob(RANK_FILE_GLOB):
         path.unlink()
-
-
-class MergedRun:
-    """What the rank files say: findings merged across ranks (counts summed), ranks seen, internal errors."""
-
-    def __init__(self) -> None:
-        self.findings: list[Finding] = []
-        self.ranks: set[int] = set()
-        self.errors: list[str] = []
-        self.bad_lines: list[str] = []
-
-
-def merge_findings(paths: Iterable[Path]) -> MergedRun:
-    """One Finding per fingerprint; its count sums every process's last count; extra["ranks"] lists the ranks."""
-    merged = MergedRun()
-    latest: dict[tuple, Finding] = {}  # (pid, fingerprint) -> last line seen
-    for path in sorted(paths):
-        with open(path, encoding="utf-8") as lines:
-            for number, line in enumerate(lines, 1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                    if record.get("e") == "header":
-                        merged.ranks.add(int(record.get("rank", 0)))
-                        continue
-                    if record.get("e") == "error":
-                        merged.errors.append(f"rank {record.get('rank')}: {record.get('error')}")
-                        continue
-                    finding = Finding.from_dict(record)
-                except (ValueError, KeyError, TypeError) as exc:
-                    merged.bad_lines.append(f"{path}:{number}: {exc}")
-                    continue
-                pid = finding.extra.get("pid", path.name)
-                latest[(pid, finding.fingerprint)] = finding
-    by_fingerprint: dict[str, Finding] = {}
-    ranks_of: dict[str, set] = {}
-    for (_, fingerprint), finding in latest.items():
-        ranks_of.setdefault(fingerprint, set()).add(finding.extra.get("rank", 0))
-        first = by_fingerprint.get(fingerprint)
-        if first is None:
-            by_fingerprint[fingerprint] = finding
-        else:
-            by_fingerprint[fingerprint] = Finding.from_dict({**first.to_dict(), "count": first.count + finding.count})
-    for fingerprint, finding in by_fingerprint.items():
-        extra = dict(finding.extra)
-        extra["ranks"] = sorted(ranks_of[fingerprint])
-        merged.findings.append(Finding.from_dict({**finding.to_dict(), "extra": extra}))
-    return merged

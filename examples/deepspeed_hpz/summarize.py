@@ -13,7 +13,7 @@ import re
 import sys
 from pathlib import Path
 
-from streamcheck.instrument.launch import RANK_FILE_GLOB, merge_findings
+from streamcheck.merge import merge
 
 NAME = re.compile(r"seed-(plain|sc)-(\d+\.\d+\.\d+)-(\d+)steps\.json$")
 
@@ -31,7 +31,7 @@ def main(runs: Path, out: Path) -> int:
                "median_step_ms_after_first": result.get("median_step_ms_after_first"), "losses": result["losses"],
                "step_ms": result["step_ms"]}
         if mode == "sc":
-            merged = merge_findings((runs / f"sc-{tag}").glob(RANK_FILE_GLOB))
+            merged = merge([runs / f"sc-{tag}"])
             row["ranks"] = sorted(merged.ranks)
             row["errors"] = merged.errors
             row["findings"] = [

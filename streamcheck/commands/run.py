@@ -25,8 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from streamcheck.instrument.launch import RANK_FILE_GLOB, clear_rank_files, merge_findings, prepare_environment
-    from streamcheck.report import ReportContext, write_report
+    from streamcheck.commands.report import enriched_findings, write_merged
+    from streamcheck.instrument.launch import clear_rank_files, prepare_environment
+    from streamcheck.merge import MergeError, merge
 
     cmd = list(args.cmd)
     if cmd and cmd[0] == "--":
@@ -46,21 +47,22 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"streamcheck run: cannot start {cmd[0]!r}: {exc.strerror or exc}", file=sys.stderr)
         return 2
-    merged = merge_findings(out_dir.glob(RANK_FILE_GLOB))
-    findings = sorted(merged.findings, key=lambda f: (-f.count, f.sort_key()))
-    write_report(args.format, findings, sys.stdout, ReportContext())
-    for line in merged.bad_lines:
-        print(f"streamcheck run: unreadable line {line}", file=sys.stderr)
+    try:
+        merged = merge([out_dir])
+    except MergeError:
+        print(f"streamcheck run: no process was instrumented (is the command a Python program?); command exit code "
+              f"{returncode}", file=sys.stderr)
+        return 2 if returncode else 0
+    for warning in merged.warnings:
+        print(f"streamcheck run: warning: {warning}", file=sys.stderr)
     for error in merged.errors:
-        print(f"streamcheck run: instrumentation error in {error}", file=sys.stderr)
+        print(f"streamcheck run: instrumentation error on {error}", file=sys.stderr)
+    findings = enriched_findings(merged)
+    write_merged(findings, merged, args.format, sys.stdout)
     total = sum(f.count for f in findings)
     ranks = ", ".join(str(r) for r in sorted(merged.ranks)) or "none"
     print(f"streamcheck run: {len(findings)} finding(s), {total} occurrence(s); instrumented ranks: {ranks}; "
           f"command exit code {returncode}; per-rank files in {out_dir}", file=sys.stderr)
     if findings:
         return 1
-    if returncode != 0:
-        return 2
-    if not merged.ranks:
-        print("streamcheck run: no process was instrumented (is the command a Python program?)", file=sys.stderr)
-    return 0
+    return 2 if returncode else 0

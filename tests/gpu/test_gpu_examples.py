@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from streamcheck.instrument.launch import RANK_FILE_GLOB, merge_findings
+from streamcheck.merge import merge
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -59,7 +59,7 @@ def run_example(script: Path, out: Path, nproc: int = 1) -> tuple[int, list]:
     done = subprocess.run([sys.executable, "-m", "streamcheck.cli", "run", "--out", str(out), "--format", "json",
                            "--", *command], capture_output=True, text=True, timeout=240, cwd=out.parent)
     print(done.stdout[-4000:], done.stderr[-4000:], sep="\n")
-    merged = merge_findings(out.glob(RANK_FILE_GLOB))
+    merged = merge([out])
     assert not merged.errors, merged.errors
     assert sorted(merged.ranks) == list(range(nproc)), (merged.ranks, done.stderr[-2000:])
     return done.returncode, merged.findings

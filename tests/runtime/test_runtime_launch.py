@@ -10,8 +10,7 @@ import textwrap
 import threading
 
 from streamcheck.cli import main
-from streamcheck.findings import Finding, Location
-from streamcheck.instrument.launch import is_launcher, merge_findings
+from streamcheck.instrument.launch import is_launcher
 
 PROGRAM = textwrap.dedent(
     """
@@ -38,28 +37,6 @@ def test_launchers_are_recognized_and_ranks_are_not():
     assert not is_launcher(["python3", "-u", "train.py", "--local_rank=0"])
     assert not is_launcher(["python3", "-m", "pytest"])
     assert not is_launcher(["python3"])
-
-
-def finding_line(kind, line, count, rank, pid):
-    finding = Finding("SC201", "m", Location("a.py", line, role="read"), kind=kind, count=count,
-                      extra={"rank": rank, "pid": pid})
-    return json.dumps(finding.to_dict())
-
-
-def test_merge_sums_counts_over_processes_and_keeps_each_process_last_count(tmp_path):
-    header = lambda rank: json.dumps({"e": "header", "rank": rank})  # noqa: E731
-    (tmp_path / "streamcheck-rank0.jsonl").write_text("\n".join([
-        header(0), finding_line("RAW", 5, 1, 0, 100), finding_line("WAR", 9, 1, 0, 100),
-        finding_line("RAW", 5, 7, 0, 100)]) + "\n")
-    (tmp_path / "streamcheck-rank1.jsonl").write_text("\n".join([
-        header(1), finding_line("RAW", 5, 1, 1, 200), '{"e": "error", "rank": 1, "error": "boom"}', "not json"]) + "\n")
-    merged = merge_findings(sorted(tmp_path.glob("streamcheck-rank*.jsonl")))
-    by_kind = {f.kind: (f.count, f.extra["ranks"]) for f in merged.findings}
-    assert by_kind == {"RAW": (8, [0, 1]), "WAR": (1, [0])}
-    assert merged.ranks == {0, 1}
-    assert merged.errors == ["rank 1: boom"]
-    assert len(merged.bad_lines) == 1 and merged.bad_lines[0].endswith(
-        "streamcheck-rank1.jsonl:4: Expecting value: line 1 column 1 (char 0)")
 
 
 def test_run_instruments_the_program_and_reports_what_it_found(tmp_path):
