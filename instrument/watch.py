@@ -88,6 +88,7 @@ class Watch:
         self._names: Names | None = None
         self._hooks: list[Any] = []
         self._mode = None
+        self._pinned = None
         self._lock = threading.Lock()
 
     # ---- life cycle ---------------------------------------------------------------------------------------------
@@ -169,7 +170,7 @@ class Watch:
         from .threads import ThreadHooks
 
         rec = self.recorder
-        pinned = PinnedMemory()
+        pinned = self._pinned = PinnedMemory()
         plans: dict = {}
         collectives = CollectiveHooks(rec, lambda: AccessCollector(pinned))
 
@@ -205,6 +206,32 @@ class Watch:
                 hook.uninstall()
             except Exception:  # noqa: BLE001
                 pass
+
+    # ---- work the dispatcher cannot see -----------------------------------------------------------------------------
+    def annotate(self, reads: Any = (), writes: Any = (), op: str = "annotated") -> None:
+        """Report a kernel that bypasses the dispatcher (a C++ extension, a raw Triton launch) on the current stream."""
+        rec = self.recorder
+        if rec is None or not rec.active or self._pinned is None:
+            return
+        try:
+            from .dispatch import AccessCollector
+
+            collector = AccessCollector(self._pinned)
+            read_ranges = collector.ranges_of(list(reads))
+            write_ranges = collector.ranges_of(list(writes))
+            if not read_ranges and not write_ranges:
+                return
+            thread = rec.thread_actor()
+            site = rec.sites.capture(3)
+            if collector.device >= 0:
+                rec.emit("kernel", thread, rec.stream_actor(collector.device), read_ranges, write_ranges, site, op)
+            else:
+                rec.emit("host_access", thread, read_ranges, write_ranges, site, op)
+        except RaceError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            rec.fail(exc)
+        rec.take_pending_raise()
 
     # ---- races ---------------------------------------------------------------------------------------------------
     def _site_key(self, site: int, op: str) -> tuple:
@@ -269,6 +296,19 @@ class Watch:
 def watch(out_dir: str | os.PathLike | None = None, **options: Any) -> Watch:
     """A Watch (not started): use it as a context manager, or call start() / stop()."""
     return Watch(out_dir, **options)
+
+
+def annotate(reads: Any = (), writes: Any = (), op: str = "annotated") -> None:
+    """Tell the running watch about a kernel it cannot see: one enqueued on the current stream by code that bypasses
+    the dispatcher (DeepSpeed's fused Adam, a raw Triton launch, CuPy), reading `reads` and writing `writes`
+    (tensors). Call it right after the launch. Without a running watch it does nothing.
+
+        fused_adam(params, grads, exp_avgs)
+        streamcheck.annotate(reads=grads, writes=params + exp_avgs, op="fused_adam")
+    """
+    w = _current
+    if w is not None and w.started:
+        w.annotate(reads, writes, op)
 
 
 def start_from_environment() -> Watch | None:

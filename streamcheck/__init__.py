@@ -5,14 +5,14 @@
 
 from __future__ import annotations
 
-__all__ = ["watch", "Finding", "Location"]
+__all__ = ["watch", "annotate", "Finding", "Location"]
 
 
 def __getattr__(name: str):
-    if name == "watch":
-        from streamcheck.instrument.watch import watch
+    if name in ("watch", "annotate"):
+        from streamcheck.instrument import watch as runtime
 
-        return watch
+        return getattr(runtime, name)
     if name in ("Finding", "Location"):
         from streamcheck import findings
 

@@ -114,3 +114,26 @@ def test_only_one_watch_runs_at_a_time(tmp_path):
     with streamcheck.watch(tmp_path / "a", echo=False):
         with pytest.raises(RuntimeError, match="already running"):
             streamcheck.watch(tmp_path / "b").start()
+
+
+def test_annotate_reports_work_the_dispatcher_cannot_see(tmp_path):
+    """An extension kernel announced with streamcheck.annotate() is checked like any op (host side on CPU)."""
+    import torch
+
+    from streamcheck.instrument.host import PinnedMemory
+
+    class EveryTensorPinned(PinnedMemory):
+        def is_pinned(self, tensor, base, fresh=False):
+            return True
+
+    buf = torch.zeros(16)
+    with streamcheck.watch(tmp_path, echo=False) as w:
+        w._pinned = EveryTensorPinned(cuda_available=True)
+        rec = w.recorder
+        site = rec.sites.capture(1)
+        rec.emit("kernel", "T1", "cuda:0/s3", [], [(buf.untyped_storage().data_ptr(), 0, 64)], site, "aten::copy_")
+        streamcheck.annotate(reads=[buf[4:8]], op="my_extension")  # the extension's read
+    (finding,) = w.results()
+    assert (finding.rule, finding.kind, finding.primary.line) == ("SC203", "HOST", line_of("# the extension's read"))
+    assert finding.extra["later"]["op"] == "my_extension"
+    assert (finding.extra["start"], finding.extra["end"]) == (16, 32)
