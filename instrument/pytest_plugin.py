@@ -174,9 +174,10 @@ def render(findings: list) -> str:
     import io
 
     from streamcheck.report import ReportContext, write_report
+    from streamcheck.report.runtime import enrich
 
     out = io.StringIO()
     context = ReportContext(scope="this test", runtime_layout=True)
-    write_report("text", findings, out, context)
+    write_report("text", [enrich(f) for f in findings], out, context)
     text = out.getvalue()
     return text[: text.rfind("Found ")].rstrip() + "\n"  # the summary line says nothing the message does not

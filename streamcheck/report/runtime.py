@@ -187,8 +187,13 @@ def _access(finding: Finding, which: str, names: Mapping[str, str], world_size: 
         where, _, view.function = stack[0].partition(" in ")
         path, _, line = where.rpartition(":")
         view.path, view.line = path, int(line) if line.isdigit() else 0
-    view.callers = [short_frame(frame) for frame in stack[1:]]
+    view.callers = [short_frame(frame) for frame in stack[1:] if not _is_torch_frame(frame)]
     return view
+
+
+def _is_torch_frame(frame: str) -> bool:
+    """torch's own frames (dynamo's eval_frame wrappers between user frames) say nothing to the reader."""
+    return display_path(frame.partition(" in ")[0]).startswith("torch/")
 
 
 def tensor_text(finding: Finding) -> tuple[str, str]:
@@ -327,11 +332,24 @@ class TraceNames:
         return f"{str(path).rsplit('/', 1)[-1]}:{line}"
 
 
+# races.py writes a named actor as "cuda:0/s7 (side stream ...)" into the message
+_NAMED_ACTOR = re.compile(r"\b(cuda:\d+/s\d+|nccl:\S+?/\d+) \(([^()]*)\)")
+
+
+def names_in_message(message: str) -> dict[str, str]:
+    """Stream names the runtime put only into the message text (when `extra` has no "streams")."""
+    return {actor: name for actor, name in _NAMED_ACTOR.findall(message)}
+
+
 def enrich(finding: Finding, names: TraceNames | None = None, world_size: int = 0) -> Finding:
     """The finding with stream names and tensor facts in `extra`, and message / fix in those words."""
     if not is_runtime_finding(finding):
         return finding
     extra = dict(finding.extra)
+    if "streams" not in extra:
+        from_message = names_in_message(finding.message)
+        if from_message:
+            extra["streams"] = from_message
     if world_size and "world_size" not in extra:
         extra["world_size"] = world_size
     if names is not None:

@@ -5,7 +5,7 @@
       write    <op> on <stream>, <thread>
                <file:line in function>
                  <line> | <source>
-               called from <caller>            (up to three callers)
+               called from <caller>            (up to six callers, torch frames left out)
       read     <op> on <stream>, launched from <stream>, <thread>
                ...
       missing  <stream> never waited for <stream> after <place>
@@ -26,7 +26,7 @@ from streamcheck.findings import Finding
 
 from .runtime import AccessView, RaceView, describe, display_path, headline
 
-MAX_CALLERS = 3
+MAX_CALLERS = 6
 _INDENT = " " * 11
 
 

@@ -13,6 +13,7 @@ from streamcheck.cli import main
 from .conftest import DATA, PP, ROOT
 
 SARIF_SCHEMA = ROOT / "tests" / "scan" / "data" / "sarif-schema-2.1.0.json"
+SEED = ROOT / "examples" / "deepspeed_hpz" / "results"
 
 RANK1_REPORT = f"""\
 {PP}:93:1: SC201 RAW read-after-write race on model.layers.0.mlp.up_proj.weight.ds_secondary_tensor: \
@@ -26,6 +27,7 @@ partition_parameters.py:1616, storage 0x7f3a00100000, race on bytes [0, 8192)
            called from partition_parameters.py:1474 in _partition
                        partitioned_param_coordinator.py:482 in __release_param
                        partitioned_param_coordinator.py:403 in release_sub_module
+                       parameter_offload.py:462 in post_sub_module_forward_function
   read     c10d::_allgather_base_ on NCCL stream of group 1 on cuda:1, launched from side stream created at \
 parameter_offload.py:138 on cuda:1, host thread T139911
            deepspeed/runtime/zero/partition_parameters.py:93 in _dist_allgather_fn
@@ -64,11 +66,32 @@ def test_text_of_the_merged_job_lists_each_finding_once_with_ranks(capsys):
     assert out.endswith("Found 2 findings in 2 ranks: SC201 x1, SC202 x1.\n")
 
 
-def test_without_traces_streams_get_names_from_their_ids(rank_files: Path, capsys):
+def test_without_traces_names_come_from_the_finding_itself(rank_files: Path, capsys):
+    """The side stream's name is in the runtime's message; the NCCL stream is named from its id."""
     assert main(["report", str(rank_files)]) == 1
     out = capsys.readouterr().out
-    assert "launched from side stream 0x170a3 on cuda:0, host thread T139911\n" in out
+    assert ("  read     c10d::_allgather_base_ on NCCL stream of group 1 on cuda:0, launched from side stream created "
+            "at parameter_offload.py:138 on cuda:0, host thread T139911\n") in out
     assert "  tensor   storage 0x7f3a00000000, race on bytes [0, 8192)\n" in out
+
+
+def test_the_recorded_deepspeed_0_13_4_run_on_two_gpus(capsys):
+    """The seed workload's rank files (examples/deepspeed_hpz/results, 2xH200): one finding, 151 hits, both ranks."""
+    assert main(["report", *map(str, sorted(SEED.glob("findings-0.13.4-rank*.jsonl")))]) == 1
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    # paths as recorded on the GPU machine (the repository was at /work/main there)
+    assert lines[0].startswith("/work/main/.site0.13.4/deepspeed/comm/torch.py:219:1: SC201 RAW read-after-write "
+                               "race on storage 0x7fe314b00000: c10d::_allgather_base_ on NCCL stream of group 1 on "
+                               "cuda:0")
+    assert "site0.13.4/deepspeed/runtime/zero/partition_parameters.py:1643 in _partition_param_sec\n" in out
+    assert "              1643 | param.ds_secondary_tensor.copy_(sec_src_tensor)" in lines
+    assert "                       partition_parameters.py:93 in _dist_allgather_fn" in lines  # the read's callers
+    assert not any("eval_frame.py" in line for line in lines)  # torch's frames are left out
+    assert "  seen 151 times on ranks 0, 1 (rank 0: 70, rank 1: 81)" in lines
+    assert lines[-1] == "Found 1 finding in 2 ranks: SC201 x1."
+    assert main(["report", str(SEED / "findings-0.13.5-rank0.jsonl")]) == 0
+    assert capsys.readouterr().out == "No findings in 1 rank.\n"
 
 
 def test_json_carries_ranks_counts_and_the_readable_words(capsys):
