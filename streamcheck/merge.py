@@ -20,6 +20,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import zlib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -131,20 +132,20 @@ def _kind(path: Path) -> str | None:
 
 def _lines(path: Path, report: MergedReport) -> Iterator[tuple[int, dict]]:
     """(line number, record) of every JSON object line; bad lines become warnings, a truncated end included."""
+    text_lines: list[str] = []
     try:
         with _open(path) as stream:
-            text_lines = stream.read().split("\n")
-    except (OSError, EOFError) as exc:  # a gzip file cut short
-        report.warnings.append(f"{path}: unreadable ({exc}); the lines before it are kept")
-        return
-    last = len(text_lines)
+            for line in stream:
+                text_lines.append(line)
+    except (OSError, EOFError, zlib.error) as exc:  # a gzip file cut short: keep what came before
+        report.warnings.append(f"{path}: cut short after line {len(text_lines)} ({exc}); the lines before are kept")
     for number, line in enumerate(text_lines, 1):
         if not line.strip():
             continue
         try:
             record = json.loads(line)
         except ValueError:
-            if number == last:  # no newline after it: the writer was stopped mid-line
+            if not line.endswith("\n") and number == len(text_lines):  # the writer stopped mid-line
                 report.warnings.append(f"{path}:{number}: truncated last line (was the job killed?), ignored")
             else:
                 report.warnings.append(f"{path}:{number}: not JSON, ignored")

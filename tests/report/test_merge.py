@@ -119,3 +119,16 @@ def test_gzipped_rank_files_are_read(tmp_path: Path):
     with open(DATA / "streamcheck-rank0.jsonl", "rb") as src, gzip.open(tmp_path / "r0.jsonl.gz", "wb") as dst:
         shutil.copyfileobj(src, dst)
     assert [f.count for f in merge([tmp_path]).findings] == [2, 2]
+
+
+def test_a_gzipped_rank_file_cut_short_keeps_its_complete_lines(tmp_path: Path):
+    import gzip
+
+    data = gzip.compress((DATA / "streamcheck-rank0.jsonl").read_bytes())
+    path = tmp_path / "streamcheck-rank0.jsonl.gz"
+    path.write_bytes(data[: len(data) - 12])  # the gzip trailer and the end of the last block are lost
+    report = merge([path])
+    assert report.warnings == [f"{path}: cut short after line 4 (Compressed file ended before the end-of-stream "
+                               "marker was reached); the lines before are kept"]
+    # header, SC201 (count 1), SC202 (count 1), SC201's final count (2) survived; SC202's final count was lost
+    assert [(f.rule, f.count) for f in report.findings] == [("SC201", 2), ("SC202", 1)]
