@@ -1,9 +1,13 @@
-"""Per-file Facts on disk, so a warm scan re-parses only what changed.
+"""Per-file Facts on disk, so a warm scan re-parses only what changed; and the last scan's raw findings, so a scan
+in which nothing changed at all needs neither Facts nor the rules.
 
 An entry's key hashes the file's bytes, the path reports use for it (Facts carry it), streamcheck's version plus a
 stamp of the rules' source files (a rules edit in a development checkout must not serve stale Facts), and the
 options' cache_key() (extra stream contexts change what a file's Facts hold). Keys never need invalidation: a change
-makes a new key. Entries are written atomically; a cache that cannot be written is silently not used.
+makes a new key. The last-scan entry is keyed by every file's path and hash plus select/ignore and the same stamp
+and options; it holds the findings before per-file ignores, suppressions and the baseline, which are re-applied.
+Entries are written atomically; a cache that cannot be written is silently not used. Everything is JSON: a cache
+in a checked-out repository must never be able to run code (no pickle).
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ import os
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from streamcheck.findings import Finding
 
 CACHE_DIR_NAME = ".streamcheck_cache"
 
@@ -46,14 +52,32 @@ class FactsCache:
         return self.directory / "facts" / key[:2] / f"{key}.json"
 
     def get(self, key: str) -> dict[str, Any] | None:
-        try:
-            with open(self._file(key), "rb") as handle:
-                return json.loads(handle.read())
-        except (OSError, ValueError):
-            return None
+        return _read_json(self._file(key))
 
     def put(self, key: str, entry: dict[str, Any]) -> None:
-        target = self._file(key)
+        self._write(self._file(key), entry)
+
+    # -- the last scan ------------------------------------------------------------------------------------------
+    def scan_key(self, identity: list[str], select: tuple[str, ...], ignore: tuple[str, ...]) -> str:
+        digest = hashlib.blake2b(self._salt.encode(), digest_size=20)
+        digest.update(f"{','.join(select)}\x1f{','.join(ignore)}\x1e".encode())
+        for item in identity:
+            digest.update(item.encode() + b"\x1e")
+        return digest.hexdigest()
+
+    def get_scan(self, key: str) -> list[Finding] | None:
+        entry = _read_json(self.directory / "last_scan.json")
+        if not isinstance(entry, dict) or entry.get("key") != key:
+            return None
+        try:
+            return [Finding.from_dict(data) for data in entry["findings"]]
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def put_scan(self, key: str, findings: list[Finding]) -> None:
+        self._write(self.directory / "last_scan.json", {"key": key, "findings": [f.to_dict() for f in findings]})
+
+    def _write(self, target: Path, entry: Any) -> None:
         try:
             if not target.parent.is_dir():
                 self._prepare()
@@ -77,3 +101,11 @@ class FactsCache:
         tag = self.directory / "CACHEDIR.TAG"
         if not tag.exists():
             tag.write_text("Signature: 8a477f597d28d172789f06886806bc55\n# streamcheck facts cache\n", encoding="utf-8")
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        with open(path, "rb") as handle:
+            return json.loads(handle.read())
+    except (OSError, ValueError):
+        return None

@@ -74,18 +74,29 @@ Fix:
 }
 
 
-@dataclass(frozen=True)
+@dataclass
 class RulesBackend:
-    """What the driver needs from the static rules. `default_backend()` builds it from streamcheck.rules."""
+    """What the driver needs from the static rules. `default_backend()` builds it from streamcheck.rules.
+
+    `analyze` and `load_rule_docs` may import the heavy part of the rules (the whole-program view, networkx) when
+    called: a warm scan in which nothing changed calls neither.
+    """
 
     extract: Callable[[str, str, Any], Any]  # (source, path, options) -> facts; raises parse_failure
     analyze: Callable[[list, Any, Any], list[Finding]]  # (facts_list, options, select) -> findings
     facts_to_dict: Callable[[Any], dict]
     facts_from_dict: Callable[[dict], Any]
     parse_failure: type[BaseException]
-    rule_docs: dict[str, tuple[str, str]]  # rule id -> (summary, documentation)
+    load_rule_docs: Callable[[], dict[str, tuple[str, str]]]  # rule id -> (summary, documentation)
     options: Any
     stamp: str  # changes whenever the rules' code or streamcheck's version does
+    _rule_docs: dict[str, tuple[str, str]] | None = field(default=None, repr=False)
+
+    @property
+    def rule_docs(self) -> dict[str, tuple[str, str]]:
+        if self._rule_docs is None:
+            self._rule_docs = self.load_rule_docs()
+        return self._rule_docs
 
     @property
     def rule_ids(self) -> tuple[str, ...]:
@@ -99,20 +110,30 @@ class RulesBackend:
 
 def default_backend(config: ScanConfig) -> RulesBackend:
     import streamcheck.rules as rules_package
-    from streamcheck.rules.engine import analyze
     from streamcheck.rules.facts import FileFacts, ParseFailure, extract_facts
-    from streamcheck.rules.registry import all_rules
 
     return RulesBackend(
         extract=extract_facts,
-        analyze=analyze,
-        facts_to_dict=lambda facts: facts.to_dict(),
+        analyze=_analyze_with_rules,
+        facts_to_dict=FileFacts.to_dict,
         facts_from_dict=FileFacts.from_dict,
         parse_failure=ParseFailure,
-        rule_docs={rule.id: (rule.summary, rule.documentation()) for rule in all_rules()},
+        load_rule_docs=_rule_docs_of_registry,
         options=config.static_options(),
         stamp=code_stamp(Path(rules_package.__file__).parent, streamcheck_version()),
     )
+
+
+def _analyze_with_rules(facts_list: list, options: Any, select: Any) -> list[Finding]:
+    from streamcheck.rules.engine import analyze
+
+    return analyze(facts_list, options, select)
+
+
+def _rule_docs_of_registry() -> dict[str, tuple[str, str]]:
+    from streamcheck.rules.registry import all_rules
+
+    return {rule.id: (rule.summary, rule.documentation()) for rule in all_rules()}
 
 
 def streamcheck_version() -> str:
@@ -164,8 +185,10 @@ def scan(
     facts_list: list[Any] = []
     suppressions: dict[str, dict[int, Suppression]] = {}
     to_extract: list[tuple[SourceFile, Source, str | None]] = []
+    identity: list[str] = []  # what the whole result depends on, file by file
 
     max_bytes = config.max_file_size_kb * 1024
+    read: list[tuple[SourceFile, Source]] = []
     for file in files:
         source = read_source(file.disk_path, max_bytes)
         if isinstance(source, Unreadable):
@@ -174,28 +197,42 @@ def scan(
             else:
                 result.files += 1
                 raw.append(_sc001(file.display, source.message, source.line, source.column))
+                identity.append(f"{file.display}\x1f!{source.message}")
             continue
         result.files += 1
         suppressions[file.display] = find_suppressions(source.text)
-        key = cache.key(file.display, source.digest) if cache else None
-        entry = cache.get(key) if cache and key else None
-        if entry is not None and _use_entry(entry, file, source, backend, facts_list, raw):
-            result.cached += 1
-        else:
-            to_extract.append((file, source, key))
+        identity.append(f"{file.display}\x1f{source.digest}")
+        read.append((file, source))
 
-    for file, source, outcome in _extract_all(to_extract, backend, cache, jobs, progress):
-        result.parsed += 1
-        _take_outcome(outcome, file, source, backend, facts_list, raw)
+    # Nothing changed since the last scan of the same paths: its raw findings still hold, no Facts are needed.
+    scan_key = cache.scan_key(identity, config.select, config.ignore) if cache else None
+    previous = cache.get_scan(scan_key) if cache and scan_key else None
+    if previous is not None:
+        raw = previous
+        result.cached = len(read)
+    else:
+        for file, source in read:
+            key = cache.key(file.display, source.digest) if cache else None
+            entry = cache.get(key) if cache and key else None
+            if entry is not None and _use_entry(entry, file, source, backend, facts_list, raw):
+                result.cached += 1
+            else:
+                to_extract.append((file, source, key))
 
-    enabled = [rule_id for rule_id in backend.rule_ids if config.rule_enabled(rule_id)]
-    if facts_list and enabled:
-        raw.extend(backend.analyze(facts_list, backend.options, enabled))
+        for file, source, outcome in _extract_all(to_extract, backend, cache, jobs, progress):
+            result.parsed += 1
+            _take_outcome(outcome, file, source, backend, facts_list, raw)
+
+        enabled = [rule_id for rule_id in backend.rule_ids if config.rule_enabled(rule_id)]
+        if facts_list and enabled:
+            raw.extend(backend.analyze(facts_list, backend.options, enabled))
+        if cache and scan_key:
+            cache.put_scan(scan_key, raw)
 
     rel_of = {file.display: file.rel for file in files}
     kept = [f for f in raw if config.rule_enabled_for(f.rule, rel_of.get(f.primary.path, f.primary.path))]
     kept, result.suppressed = _apply_suppressions(kept, suppressions)
-    if report_unused_ignores:
+    if report_unused_ignores and any(suppressions.values()):
         known = set(backend.rule_ids) | set(DRIVER_RULES)
         for path, by_line in suppressions.items():
             for finding in _unused(path, by_line, known, lambda rule: config.rule_enabled_for(rule, rel_of[path])):

@@ -152,7 +152,7 @@ def _write(args: argparse.Namespace, result, backend) -> None:
         )
         context = ReportContext(
             tool_version=streamcheck_version(),
-            rules=rule_infos(backend),
+            rules=rule_infos(backend) if args.format == "sarif" else {},  # only SARIF lists the rules
             files=result.files,
             suppressed=result.suppressed,
             baselined=result.baselined,

@@ -15,4 +15,5 @@ def fake_backend(monkeypatch):
     monkeypatch.setattr(scanning, "default_backend", lambda config: fake_rules.backend(
         fake_rules.FakeOptions(stream_contexts=config.stream_contexts)))
     fake_rules.extract_calls.clear()
+    fake_rules.analyze_calls.clear()
     return fake_rules.extract_calls

@@ -15,6 +15,7 @@ from streamcheck.scanning import RulesBackend
 
 MARKS = {".copy_(": "SC101", ".free_(": "SC104"}
 extract_calls: list[str] = []  # paths extracted in this process (in-process runs only)
+analyze_calls: list[int] = []  # number of facts per analyze call
 
 
 class FakeParseFailure(Exception):
@@ -65,6 +66,7 @@ def extract(source: str, path: str, options) -> FakeFacts:
 
 
 def analyze(facts_list, options, select=None) -> list[Finding]:
+    analyze_calls.append(len(facts_list))
     findings = []
     for facts in facts_list:
         for rule, line, column, snippet, symbol in facts.marks:
@@ -85,7 +87,7 @@ def backend(options: FakeOptions | None = None) -> RulesBackend:
         facts_to_dict=FakeFacts.to_dict,
         facts_from_dict=FakeFacts.from_dict,
         parse_failure=FakeParseFailure,
-        rule_docs={"SC101": ("fake cross-stream", "SC101 doc\n\nmore"), "SC104": ("fake free", "SC104 doc")},
+        load_rule_docs=lambda: {"SC101": ("fake cross-stream", "SC101 doc\n\nmore"), "SC104": ("fake free", "SC104 doc")},
         options=options or FakeOptions(),
         stamp="fake-1",
     )

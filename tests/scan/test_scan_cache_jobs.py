@@ -28,6 +28,7 @@ def tree(tmp_path, monkeypatch):
     write_tree(tmp_path, {f"m{i:02d}.py": COPY if i % 3 == 0 else f"x = {i}\n" for i in range(20)})
     write_tree(tmp_path, {"broken.py": "def (\n"})
     fake_rules.extract_calls.clear()
+    fake_rules.analyze_calls.clear()
     return tmp_path
 
 
@@ -39,13 +40,35 @@ def _scan(root, **kwargs):
 
 def test_warm_scan_reads_facts_and_parse_failures_from_the_cache(tree):
     cold = _scan(tree)
-    assert (cold.parsed, cold.cached, len(fake_rules.extract_calls)) == (21, 0, 21)
+    assert (cold.parsed, cold.cached, len(fake_rules.extract_calls), fake_rules.analyze_calls) == (21, 0, 21, [20])
+    (tree / "cache" / "last_scan.json").unlink()  # only the per-file entries are left
     fake_rules.extract_calls.clear()
     warm = _scan(tree)
     assert (warm.parsed, warm.cached, fake_rules.extract_calls) == (0, 21, [])
+    assert fake_rules.analyze_calls == [20, 20]  # the rules ran again, on cached Facts
     assert _positions(warm) == _positions(cold)
     assert ("SC001", "broken.py", 1) in _positions(warm)
     assert (tree / "cache" / ".gitignore").read_text() == "# created by streamcheck\n*\n"
+
+
+def test_unchanged_tree_reuses_the_last_scan_without_facts_or_rules(tree, monkeypatch):
+    cold = _scan(tree)
+    for entry in (tree / "cache" / "facts").rglob("*.json"):
+        entry.unlink()  # the last scan alone must be enough
+    warm = _scan(tree)
+    assert (warm.parsed, warm.cached, fake_rules.analyze_calls) == (0, 21, [20])
+    assert [f.to_dict() for f in warm.findings] == [f.to_dict() for f in cold.findings]
+    # Filters are re-applied to the reused findings: a per-file ignore takes effect without a re-scan ...
+    config = ScanConfig(root=tree, per_file_ignores=(("m00.py", ("SC101",)),))
+    filtered = scan(["."], config, backend=fake_rules.backend(), jobs=1, cache_dir=tree / "cache")
+    assert ("SC101", "m00.py", 2) not in _positions(filtered) and fake_rules.analyze_calls == [20]
+    # ... while select/ignore are part of the key (the rules run only for the selected ids).
+    config = ScanConfig(root=tree, select=("SC001",))
+    selected = scan(["."], config, backend=fake_rules.backend(), jobs=1, cache_dir=tree / "cache")
+    assert _positions(selected) == [("SC001", "broken.py", 1)]
+    # A changed file misses; so does a deleted one.
+    (tree / "m03.py").unlink()
+    assert ("SC101", "m03.py", 2) not in _positions(_scan(tree))
 
 
 def test_only_changed_files_are_parsed_again(tree):
@@ -74,11 +97,12 @@ def test_no_cache_and_unwritable_cache(tree):
     assert result.parsed == 21 and ("SC001", "broken.py", 1) in _positions(result)
 
 
-def test_corrupt_cache_entry_is_recomputed(tree):
-    _scan(tree)
-    for entry in (tree / "cache" / "facts").rglob("*.json"):
+def test_corrupt_cache_entries_are_recomputed(tree):
+    cold = _scan(tree)
+    for entry in (tree / "cache").rglob("*.json"):
         entry.write_text("{not json")
-    assert _scan(tree).parsed == 21
+    warm = _scan(tree)
+    assert warm.parsed == 21 and _positions(warm) == _positions(cold)
 
 
 def test_jobs_give_the_same_findings_as_one_process(tree):
@@ -91,6 +115,7 @@ def test_jobs_give_the_same_findings_as_one_process(tree):
 
 def test_parallel_workers_write_the_cache(tree):
     _scan(tree, jobs=3)
+    (tree / "cache" / "last_scan.json").unlink()
     warm = _scan(tree, jobs=3)
     assert (warm.parsed, warm.cached) == (0, 21)
 
