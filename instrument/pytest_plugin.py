@@ -83,6 +83,7 @@ class StreamcheckGate:
         self.watch: Any = None
         self.reported: set[str] = set()  # fingerprints already reported for the running test
         self.failed_tests: list[str] = []
+        self.errors: list[str] = []  # "test id: error" where instrumentation switched itself off
         # one findings file per xdist worker (gw3 -> rank 3), so that workers never write into one file
         worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
         self.rank = int(worker[2:]) if worker[2:].isdigit() else 0
@@ -96,6 +97,9 @@ class StreamcheckGate:
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.reason and self.config.get_verbosity() < 0:  # -q hides the header: say it here instead
             terminalreporter.write_line(self.pytest_report_header(self.config))
+        for error in self.errors:  # a gate that switched itself off must not pass silently
+            terminalreporter.write_line(f"streamcheck: instrumentation error, detector off for the rest of {error}",
+                                        yellow=True)
         if self.reason or not self.failed_tests:
             return
         terminalreporter.write_sep("=", "streamcheck", red=True)
@@ -131,7 +135,9 @@ class StreamcheckGate:
         try:
             result = yield
         finally:
+            watch = self.watch
             findings = self._stop()
+            self.errors += [f"{item.nodeid}: {error}" for error in getattr(watch, "errors", ())]
         self._verdict(item, "teardown", fail=True, findings=findings)
         return result
 

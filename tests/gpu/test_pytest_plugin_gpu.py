@@ -42,7 +42,9 @@ def test_gate_fails_exactly_the_racy_test(tmp_path: Path):
                             and l.startswith(("FAILED", "PASSED")))
     assert any(l.startswith("PASSED") and l.endswith("::test_side_stream_waits_for_the_fill") for l in lines)
     assert "1 failed, 1 passed" in lines[-1]
-    assert f"{GATE}:{marker_line('race')}:1: SC201 RAW read-after-write race on " in done.stdout
+    assert f"test_streams.py:{marker_line('race')}:1: SC201 RAW read-after-write race on " in done.stdout
+    assert f"test_streams.py:{marker_line('earlier')} in test_side_stream_reads_before_the_fill_is_ordered" \
+        in done.stdout  # the write, in the report's "write" block
     assert "streamcheck: 1 stream-ordering race in this test" in done.stdout
 
     (finding,) = merge([out]).findings

@@ -86,6 +86,7 @@ def test_without_cuda_it_says_so_once_and_changes_nothing(pytester: pytest.Pytes
 STAND_IN_CONFTEST = f'''
 """A stand-in for the runtime watch: tests call `race()` to make it report the recorded hpZ finding."""
 import json
+import os
 
 import pytest
 
@@ -116,6 +117,10 @@ class StandInWatch:
     def stop(self):
         StandInWatch.current = None
         return list(self.found)
+
+    @property
+    def errors(self):  # what the real watch collects when instrumentation switched itself off
+        return ["RuntimeError('hook failed')"] if os.environ.get("BREAK_WATCH") == "1" else []
 
 
 watch_module.Watch = StandInWatch
@@ -201,3 +206,13 @@ def test_kept_and_render():
     text = render([finding])
     assert text.startswith(f"{finding.primary.path}:93:1: SC201 RAW read-after-write race on storage 0x7f3a00100000")
     assert text.endswith("  seen once on rank 1\n")
+
+
+def test_an_instrumentation_error_is_said_in_the_summary(pytester: pytest.Pytester, monkeypatch):
+    pytester.makeconftest(STAND_IN_CONFTEST)
+    pytester.makepyfile(test_one="def test_clean():\n    pass\n")
+    monkeypatch.setenv("BREAK_WATCH", "1")
+    result = pytester.runpytest_subprocess("--streamcheck", *_plugin_args())
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["streamcheck: instrumentation error, detector off for the rest of "
+                                 "test_one.py::test_clean: RuntimeError('hook failed')"])
