@@ -225,7 +225,8 @@ def _convert(source: str, key: str, kind: str, value: Any) -> Any:
     if kind == "codes":
         bad = [v for v in items if v != "ALL" and not _looks_like_code(v)]
         if bad:
-            raise ConfigError(source, key, f"not a rule id or prefix: {', '.join(map(repr, bad))} (e.g. 'SC101', 'SC1')")
+            listed = ", ".join(map(repr, bad))
+            raise ConfigError(source, key, f"not a rule id or prefix: {listed} (e.g. 'SC101', 'SC1')")
         items = tuple(v.upper() for v in items)
     return items
 

@@ -24,11 +24,10 @@ from streamcheck.config import ScanConfig
 from streamcheck.facts_cache import CACHE_DIR_NAME, FactsCache, code_stamp
 from streamcheck.findings import Finding, Location, sorted_findings
 from streamcheck.sources import SourceFile, Source, Unreadable, discover, read_source
-from streamcheck.suppressions import Suppression, find_suppressions
+from streamcheck.suppressions import SC002, Suppression, apply_suppressions, find_suppressions, unused_suppressions
 
 # Rules the driver itself reports (the rules package does not know them).
 SC001 = "SC001"
-SC002 = "SC002"
 DRIVER_RULES: dict[str, tuple[str, str]] = {
     SC001: (
         "file could not be scanned (syntax error, not UTF-8, binary, unreadable)",
@@ -181,29 +180,7 @@ def scan(
         cache = FactsCache(cache_dir or config.root / CACHE_DIR_NAME, backend.stamp, backend.options_key)
 
     result = ScanResult(findings=[])
-    raw: list[Finding] = []
-    facts_list: list[Any] = []
-    suppressions: dict[str, dict[int, Suppression]] = {}
-    to_extract: list[tuple[SourceFile, Source, str | None]] = []
-    identity: list[str] = []  # what the whole result depends on, file by file
-
-    max_bytes = config.max_file_size_kb * 1024
-    read: list[tuple[SourceFile, Source]] = []
-    for file in files:
-        source = read_source(file.disk_path, max_bytes)
-        if isinstance(source, Unreadable):
-            if source.skip:
-                result.skipped.append(f"{file.display}: {source.message}")
-            else:
-                result.files += 1
-                raw.append(_sc001(file.display, source.message, source.line, source.column))
-                identity.append(f"{file.display}\x1f!{source.message}")
-            continue
-        result.files += 1
-        suppressions[file.display] = find_suppressions(source.text)
-        identity.append(f"{file.display}\x1f{source.digest}")
-        read.append((file, source))
-
+    read, raw, suppressions, identity = _read_files(files, config, result)
     # Nothing changed since the last scan of the same paths: its raw findings still hold, no Facts are needed.
     scan_key = cache.scan_key(identity, config.select, config.ignore) if cache else None
     previous = cache.get_scan(scan_key) if cache and scan_key else None
@@ -211,33 +188,19 @@ def scan(
         raw = previous
         result.cached = len(read)
     else:
-        for file, source in read:
-            key = cache.key(file.display, source.digest) if cache else None
-            entry = cache.get(key) if cache and key else None
-            if entry is not None and _use_entry(entry, file, source, backend, facts_list, raw):
-                result.cached += 1
-            else:
-                to_extract.append((file, source, key))
-
-        for file, source, outcome in _extract_all(to_extract, backend, cache, jobs, progress):
-            result.parsed += 1
-            _take_outcome(outcome, file, source, backend, facts_list, raw)
-
-        enabled = [rule_id for rule_id in backend.rule_ids if config.rule_enabled(rule_id)]
-        if facts_list and enabled:
-            raw.extend(backend.analyze(facts_list, backend.options, enabled))
+        raw += _analyze_files(read, config, backend, cache, jobs, progress, result)
         if cache and scan_key:
             cache.put_scan(scan_key, raw)
 
     rel_of = {file.display: file.rel for file in files}
     kept = [f for f in raw if config.rule_enabled_for(f.rule, rel_of.get(f.primary.path, f.primary.path))]
-    kept, result.suppressed = _apply_suppressions(kept, suppressions)
+    kept, result.suppressed = apply_suppressions(kept, suppressions, never=(SC001,))
     if report_unused_ignores and any(suppressions.values()):
         known = set(backend.rule_ids) | set(DRIVER_RULES)
         for path, by_line in suppressions.items():
-            for finding in _unused(path, by_line, known, lambda rule: config.rule_enabled_for(rule, rel_of[path])):
-                if config.rule_enabled_for(SC002, rel_of[path]):
-                    kept.append(finding)
+            rel = rel_of[path]
+            if config.rule_enabled_for(SC002, rel):
+                kept += unused_suppressions(path, by_line, known, lambda rule: config.rule_enabled_for(rule, rel))
     kept = sorted_findings(kept)
     if baseline is not None:
         from streamcheck.baseline import subtract_baseline
@@ -246,6 +209,51 @@ def scan(
     result.findings = kept
     result.seconds = time.perf_counter() - started
     return result
+
+
+def _read_files(files: list[SourceFile], config: ScanConfig, result: ScanResult):
+    """Read every file: (readable files with their text, SC001 findings for the unreadable ones, suppression
+    comments per file, the identity of each file for the last-scan key). Skipped files go to result.skipped."""
+    read: list[tuple[SourceFile, Source]] = []
+    unreadable: list[Finding] = []
+    suppressions: dict[str, dict[int, Suppression]] = {}
+    identity: list[str] = []
+    max_bytes = config.max_file_size_kb * 1024
+    for file in files:
+        source = read_source(file.disk_path, max_bytes)
+        if isinstance(source, Unreadable) and source.skip:
+            result.skipped.append(f"{file.display}: {source.message}")
+            continue
+        result.files += 1
+        if isinstance(source, Unreadable):
+            unreadable.append(_sc001(file.display, source.message, source.line, source.column))
+            identity.append(f"{file.display}\x1f!{source.message}")
+            continue
+        suppressions[file.display] = find_suppressions(source.text)
+        identity.append(f"{file.display}\x1f{source.digest}")
+        read.append((file, source))
+    return read, unreadable, suppressions, identity
+
+
+def _analyze_files(read, config, backend: RulesBackend, cache, jobs, progress, result: ScanResult) -> list[Finding]:
+    """Facts for every file (cache, else extraction), then the selected rules over all of them."""
+    findings: list[Finding] = []
+    facts_list: list[Any] = []
+    to_extract: list[tuple[SourceFile, Source, str | None]] = []
+    for file, source in read:
+        key = cache.key(file.display, source.digest) if cache else None
+        entry = cache.get(key) if key else None
+        if entry is not None and _use_entry(entry, file, source, backend, facts_list, findings):
+            result.cached += 1
+        else:
+            to_extract.append((file, source, key))
+    for file, source, outcome in _extract_all(to_extract, backend, cache, jobs, progress):
+        result.parsed += 1
+        _take_outcome(outcome, file, source, backend, facts_list, findings)
+    enabled = [rule_id for rule_id in backend.rule_ids if config.rule_enabled(rule_id)]
+    if facts_list and enabled:
+        findings.extend(backend.analyze(facts_list, backend.options, enabled))
+    return findings
 
 
 def _sc001(path: str, message: str, line: int, column: int, snippet: str = "") -> Finding:
@@ -359,39 +367,3 @@ def default_jobs() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:
         return max(1, os.cpu_count() or 1)
-
-
-# -- suppressions --------------------------------------------------------------------------------------------------
-
-def _apply_suppressions(findings: list[Finding], suppressions: dict[str, dict[int, Suppression]]):
-    kept: list[Finding] = []
-    for finding in findings:
-        comment = suppressions.get(finding.primary.path, {}).get(finding.primary.line)
-        if comment is not None and finding.rule != SC001 and comment.covers(finding.rule):
-            comment.used.add(finding.rule)
-        else:
-            kept.append(finding)
-    return kept, len(findings) - len(kept)
-
-
-def _unused(path: str, by_line: dict[int, Suppression], known: set[str], enabled: Callable[[str], bool]):
-    for line, comment in sorted(by_line.items()):
-        if comment.codes is None:
-            if not comment.used:
-                yield _sc002(path, comment, "unused suppression: no finding on this line")
-            continue
-        for code in comment.codes:
-            if code not in known:
-                yield _sc002(path, comment, f"unused suppression: {code} is not a streamcheck rule")
-            elif code not in comment.used and enabled(code):
-                yield _sc002(path, comment, f"unused suppression: no {code} finding on this line")
-
-
-def _sc002(path: str, comment: Suppression, message: str) -> Finding:
-    return Finding(
-        rule=SC002,
-        message=message,
-        primary=Location(path=path, line=comment.line, column=comment.column, snippet=comment.snippet),
-        fix="Delete the comment, or name the rule that is reported on this line.",
-        severity="warning",
-    )

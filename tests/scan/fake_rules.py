@@ -87,7 +87,8 @@ def backend(options: FakeOptions | None = None) -> RulesBackend:
         facts_to_dict=FakeFacts.to_dict,
         facts_from_dict=FakeFacts.from_dict,
         parse_failure=FakeParseFailure,
-        load_rule_docs=lambda: {"SC101": ("fake cross-stream", "SC101 doc\n\nmore"), "SC104": ("fake free", "SC104 doc")},
+        load_rule_docs=lambda: {"SC101": ("fake cross-stream", "SC101 doc\n\nmore"),
+                                "SC104": ("fake free", "SC104 doc")},
         options=options or FakeOptions(),
         stamp="fake-1",
     )

@@ -85,7 +85,8 @@ def test_baseline_new_finding_fails_moved_one_does_not(tree, capsys):
     code, _, err = scan_cli(capsys, "--no-cache", "--write-baseline", "baseline.json", ".")
     assert (code, err) == (0, "streamcheck: wrote 2 findings to baseline.json\n")
     saved = json.loads((tree / "baseline.json").read_text())
-    assert [(e["rule"], e["path"], e["line"]) for e in saved["findings"]] == [("SC101", "m.py", 2), ("SC104", "m.py", 5)]
+    assert [(e["rule"], e["path"], e["line"]) for e in saved["findings"]] == [
+        ("SC101", "m.py", 2), ("SC104", "m.py", 5)]
 
     # The same findings, ten lines further down: still excused.
     write_tree(tree, {"m.py": "import os\n" * 10 + original.replace("\n        ", "\n").lstrip("\n")})
