@@ -1,0 +1,398 @@
+"""One pass over a file's syntax tree that fills FileFacts (see facts.py for what each fact means).
+
+The parser is the standard library's `ast`: measured on DeepSpeed 0.13.4 (511 files, 81.6 k lines, one core),
+`ast.parse` of every file takes 0.45 s, while libcst takes 3.0 s to parse only the 94 files that pass the token
+prefilter, 2.8 s more for one plain visitor and 9 s more for positions. `ast` gives exact positions for free, which
+is all the facts need; nothing here rewrites source.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from .facts import (
+    MODULE_SCOPE, NO_REGION, Access, AttrFunction, Call, ClassFacts, FileFacts, FunctionFacts, ParseFailure, Region,
+    Sync, module_name,
+)
+from .options import StaticOptions, matches_name
+
+# Methods that return a view of (or the same) storage: a write through them writes the base tensor.
+VIEW_METHODS = frozenset({
+    "narrow", "view", "view_as", "reshape", "reshape_as", "flatten", "unflatten", "squeeze", "unsqueeze", "t",
+    "transpose", "permute", "expand", "expand_as", "as_strided", "select", "detach", "unfold", "movedim",
+    "diagonal", "split", "chunk", "unbind", "contiguous",
+})
+
+# Attributes that stand for the tensor itself (same storage).
+SAME_STORAGE_ATTRS = frozenset({"data"})
+
+# Attributes and methods that only read metadata: no device work, no ordering needed.
+METADATA_ATTRS = frozenset({
+    "shape", "dtype", "device", "is_cuda", "requires_grad", "ndim", "layout", "is_leaf", "grad_fn", "names",
+    "is_sparse", "is_quantized", "is_meta", "__class__",
+})
+METADATA_METHODS = frozenset({
+    "size", "dim", "numel", "nelement", "element_size", "stride", "storage_offset", "data_ptr", "is_contiguous",
+    "is_pinned", "get_device", "type", "untyped_storage", "storage", "register_hook", "requires_grad_",
+    "retain_grad", "record_stream", "is_floating_point", "is_complex", "__len__",
+})
+
+# In-place-looking names that do not write tensor data.
+NOT_DATA_WRITES = frozenset({"requires_grad_", "share_memory_", "retain_grad_", "set_", "resize_", "apply_"})
+
+# Plain functions that only look at their arguments on the host.
+HOST_ONLY_FUNCTIONS = frozenset({
+    "hasattr", "isinstance", "issubclass", "len", "id", "print", "type", "getattr", "setattr", "delattr", "str",
+    "repr", "callable", "hash", "format", "sorted", "enumerate", "zip", "iter", "next", "list", "tuple", "set",
+    "dict", "frozenset", "super", "vars", "dir", "print_rank_0", "debug_rank0", "logger.info", "logger.debug",
+    "logger.warning", "logger.error", "log_dist", "append", "extend", "add", "discard", "remove", "pop",
+    "popleft", "appendleft", "get", "setdefault", "index", "count", "keys", "values", "items", "update", "insert",
+})
+
+BLOCKING_HOST_METHODS = frozenset({"item", "tolist", "cpu", "numpy"})
+
+
+def extract(source: str, path: str, options: StaticOptions, detailed: bool) -> FileFacts:
+    try:
+        tree = ast.parse(source, filename=path)
+    except SyntaxError as exc:
+        raise ParseFailure(exc.msg or "invalid syntax", exc.lineno or 0, exc.offset or 0) from None
+    except (ValueError, TypeError) as exc:  # null bytes, bad encodings
+        raise ParseFailure(str(exc), 0, 0) from None
+    module, is_package = module_name(path)
+    facts = FileFacts(path=path, module=module, is_package=is_package, detailed=detailed)
+    _FactsVisitor(facts, source.splitlines(), options, detailed).run(tree)
+    return facts
+
+
+def dotted(node: ast.AST) -> str:
+    """A callee's or receiver's shape as text: `self.a.b`, `get_accelerator().stream`, `xs[].f`, `?.g`."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return f"{dotted(node.value)}.{node.attr}"
+    if isinstance(node, ast.Call):
+        return f"{dotted(node.func)}()"
+    if isinstance(node, ast.Subscript):
+        return f"{dotted(node.value)}[]"
+    return "?"
+
+
+def access_path(node: ast.AST) -> str | None:
+    """The tensor an expression denotes, as an access path, or None when it is not a plain path.
+
+    Views (`x.narrow(...)`, `x[i]`), `.data` and `.to(...)` lead back to their base; metadata (`x.shape`) is not a
+    path; subscripts of containers (`self.bufs[i]`) stand for the container's elements.
+    """
+    if isinstance(node, ast.Name):
+        return None if node.id in ("self", "cls") else node.id
+    if isinstance(node, ast.Attribute):
+        if node.attr in METADATA_ATTRS:
+            return None
+        if node.attr in SAME_STORAGE_ATTRS:
+            return access_path(node.value)
+        if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+            return f"{node.value.id}.{node.attr}"
+        base = access_path(node.value)
+        return f"{base}.{node.attr}" if base else None
+    if isinstance(node, ast.Subscript):
+        return access_path(node.value)
+    if isinstance(node, ast.Starred):
+        return access_path(node.value)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in VIEW_METHODS:
+        return access_path(node.func.value)
+    return None
+
+
+def _is_inplace(method: str) -> bool:
+    return method.endswith("_") and not method.startswith("_") and method not in NOT_DATA_WRITES
+
+
+class _FactsVisitor(ast.NodeVisitor):
+    def __init__(self, facts: FileFacts, lines: list[str], options: StaticOptions, detailed: bool) -> None:
+        self.facts = facts
+        self.src_lines = lines
+        self.options = options
+        self.detailed = detailed
+        self.stream_names = options.all_stream_contexts
+        self.collectives = options.all_collectives
+        self.syncs = options.all_syncs
+        self.scope: list[str] = []  # qualname parts
+        self.class_stack: list[str | None] = [None]
+        self.fn: FunctionFacts | None = None
+        self.region = NO_REGION
+        self.blocks: list[tuple[int, int]] = [(0, 0)]
+        self.pending_attr_functions: list[tuple[str, str, str, int]] = []  # attr, name, scope, line
+        self.defined: set[str] = set()
+
+    # --- driving -----------------------------------------------------------------------------------------------
+    def run(self, tree: ast.Module) -> None:
+        end = len(self.src_lines) or 1
+        self.fn = FunctionFacts(MODULE_SCOPE, MODULE_SCOPE, None, 1, end)
+        self.facts.functions.append(self.fn)
+        self.visit(tree)
+        self._resolve_attr_functions()
+
+    def _keep_line(self, line: int) -> None:
+        if line not in self.facts.lines and 0 < line <= len(self.src_lines):
+            self.facts.lines[line] = self.src_lines[line - 1].strip()
+
+    def _scope_name(self) -> str:
+        return ".".join(self.scope) if self.scope else MODULE_SCOPE
+
+    # --- imports -----------------------------------------------------------------------------------------------
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            if alias.asname:
+                self.facts.imports[alias.asname] = alias.name
+            else:
+                top = alias.name.split(".", 1)[0]
+                self.facts.imports[top] = top
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        base = self._absolute_module(node.module or "", node.level)
+        for alias in node.names:
+            if alias.name == "*":
+                self.facts.star_imports.append(base)
+                continue
+            target = f"{base}.{alias.name}" if base and not base.endswith(".") else base + alias.name
+            self.facts.imports[alias.asname or alias.name] = target
+
+    @staticmethod
+    def _absolute_module(module: str, level: int) -> str:
+        # Relative imports keep their leading dots: only the whole program knows the package a file belongs to.
+        return "." * level + module
+
+    # --- scopes ------------------------------------------------------------------------------------------------
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        for expr in node.decorator_list + node.bases + [k.value for k in node.keywords]:
+            self.visit(expr)
+        self.scope.append(node.name)
+        qualname = ".".join(self.scope)
+        self.facts.classes.append(ClassFacts(qualname, tuple(dotted(b) for b in node.bases), node.lineno))
+        self.class_stack.append(qualname)
+        for stmt in node.body:  # class bodies run in the enclosing scope, at definition time
+            self.visit(stmt)
+        self.class_stack.pop()
+        self.scope.pop()
+
+    def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        for expr in node.decorator_list:
+            self.visit(expr)
+        self.visit(node.args)  # defaults run in the enclosing scope
+        if node.returns:
+            self.visit(node.returns)
+        cls = self.class_stack[-1]
+        self.scope.append(node.name)
+        fn = FunctionFacts(".".join(self.scope), node.name, cls, node.lineno, node.end_lineno or node.lineno)
+        self.facts.functions.append(fn)
+        self.defined.add(fn.qualname)
+        saved = self.fn, self.region, self.blocks
+        self.fn, self.region, self.blocks = fn, NO_REGION, [(0, 0)]
+        self.class_stack.append(None)  # functions nested in a method are not methods
+        for stmt in node.body:
+            self.visit(stmt)
+        self.class_stack.pop()
+        self.fn, self.region, self.blocks = saved
+        self.scope.pop()
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    # --- stream regions ----------------------------------------------------------------------------------------
+    def visit_With(self, node: ast.With | ast.AsyncWith) -> None:
+        saved = self.region
+        for item in node.items:
+            self.visit(item.context_expr)
+            if item.optional_vars is not None:
+                self.visit(item.optional_vars)
+            stream = self._stream_of(item.context_expr)
+            if stream is not None and self.detailed:
+                expr = item.context_expr
+                self.fn.regions.append(
+                    Region(stream, expr.lineno, expr.col_offset + 1, node.end_lineno or node.lineno, self.region))
+                self._keep_line(expr.lineno)
+                self.region = len(self.fn.regions) - 1
+        for stmt in node.body:
+            self.visit(stmt)
+        self.region = saved
+
+    visit_AsyncWith = visit_With
+
+    def _stream_of(self, expr: ast.AST) -> str | None:
+        """The stream text if `expr` switches the current stream, else None."""
+        if not isinstance(expr, ast.Call) or not matches_name(dotted(expr.func), self.stream_names):
+            return None
+        arg = expr.args[0] if expr.args else next((k.value for k in expr.keywords if k.arg == "stream"), None)
+        if arg is None:
+            return "?"
+        text = ast.unparse(arg)
+        if text == "None" or text.endswith("current_stream()"):
+            return None  # stays on the current stream
+        return text
+
+    # --- conditional blocks -------------------------------------------------------------------------------------
+    def _visit_block(self, body: list[ast.AST]) -> None:
+        if not body:
+            return
+        self.blocks.append((body[0].lineno, body[-1].end_lineno or body[-1].lineno))
+        for stmt in body:
+            self.visit(stmt)
+        self.blocks.pop()
+
+    def visit_If(self, node: ast.If) -> None:
+        self.visit(node.test)
+        self._visit_block(node.body)
+        self._visit_block(node.orelse)
+
+    def visit_For(self, node: ast.For | ast.AsyncFor) -> None:
+        self.visit(node.iter)
+        self.visit(node.target)
+        self._visit_block(node.body)
+        self._visit_block(node.orelse)
+
+    visit_AsyncFor = visit_For
+
+    def visit_While(self, node: ast.While) -> None:
+        self.visit(node.test)
+        self._visit_block(node.body)
+        self._visit_block(node.orelse)
+
+    def visit_Try(self, node: ast.Try) -> None:
+        for stmt in node.body:  # the body runs unless something raises
+            self.visit(stmt)
+        for handler in node.handlers:
+            if handler.type is not None:
+                self.visit(handler.type)
+            self._visit_block(handler.body)
+        self._visit_block(node.orelse)
+        for stmt in node.finalbody:
+            self.visit(stmt)
+
+    visit_TryStar = visit_Try
+
+    def visit_Match(self, node: ast.Match) -> None:
+        self.visit(node.subject)
+        for case in node.cases:
+            self._visit_block(case.body)
+
+    def _visit_conditional_expr(self, node: ast.AST) -> None:
+        self.blocks.append((node.lineno, node.end_lineno or node.lineno))
+        self.generic_visit(node)
+        self.blocks.pop()
+
+    visit_IfExp = visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = _visit_conditional_expr
+    visit_BoolOp = visit_Lambda = _visit_conditional_expr
+
+    # --- calls -------------------------------------------------------------------------------------------------
+    def visit_Call(self, node: ast.Call) -> None:
+        callee = dotted(node.func)
+        func_args = tuple(
+            dotted(a) for a in node.args if isinstance(a, (ast.Name, ast.Attribute)) and dotted(a) != "?")
+        self.fn.calls.append(Call(node.lineno, node.col_offset + 1, callee, self.region, self.blocks[-1], func_args))
+        self._keep_line(node.lineno)
+        if self.detailed:
+            self._call_facts(node, callee)
+        self.generic_visit(node)
+
+    def _call_facts(self, node: ast.Call, callee: str) -> None:
+        method = node.func.attr if isinstance(node.func, ast.Attribute) else None
+        last = callee.rsplit(".", 1)[-1]
+        receiver = dotted(node.func.value) if method else ""
+        line, col = node.lineno, node.col_offset + 1
+        sync_kind = self._sync_kind(node, callee, method, receiver)
+        if sync_kind:
+            arg = dotted(node.args[0]) if node.args else ""
+            self.fn.syncs.append(Sync(sync_kind, receiver, line, col, arg, self.region, self.blocks[-1]))
+        if method and _is_inplace(method):
+            self._access("write", node.func.value, line, col, method)
+        elif method and method not in METADATA_METHODS and method not in VIEW_METHODS and not sync_kind:
+            self._access("read", node.func.value, line, col, method)
+        if last in HOST_ONLY_FUNCTIONS or callee in HOST_ONLY_FUNCTIONS or sync_kind:
+            return
+        collective = matches_name(callee, self.collectives)
+        for arg in node.args:
+            for elt in _elements(arg):
+                self._access("read", elt, line, col, last, collective)
+        for kw in node.keywords:
+            if kw.arg == "out":
+                for elt in _elements(kw.value):
+                    self._access("write", elt, line, col, "out=")
+            elif kw.arg is not None:
+                for elt in _elements(kw.value):
+                    self._access("read", elt, line, col, last, collective)
+
+    def _sync_kind(self, node: ast.Call, callee: str, method: str | None, receiver: str) -> str:
+        last = callee.rsplit(".", 1)[-1]
+        if last == "wait_stream":
+            return "wait_stream"
+        if last == "wait_event" or (last == "wait" and "event" in receiver.lower()):
+            return "wait_event"
+        if matches_name(callee, self.syncs):
+            return "synchronize"
+        if last in ("record", "record_event") and method:
+            return "record"
+        if last == "record_stream":
+            return "record_stream"
+        if method in BLOCKING_HOST_METHODS and not any(k.arg == "non_blocking" for k in node.keywords):
+            return "host_sync"
+        return ""
+
+    def _access(self, kind: str, expr: ast.AST, line: int, col: int, op: str, collective: bool = False) -> None:
+        path = access_path(expr)
+        if path is None:
+            return
+        if isinstance(expr, ast.AST) and hasattr(expr, "lineno"):
+            line, col = expr.lineno, expr.col_offset + 1
+        self.fn.accesses.append(Access(kind, path, line, col, op, self.region, collective))
+        self._keep_line(line)
+
+    def visit_BinOp(self, node: ast.BinOp) -> None:
+        if self.detailed:
+            for operand in (node.left, node.right):
+                self._access("read", operand, node.lineno, node.col_offset + 1, type(node.op).__name__)
+        self.generic_visit(node)
+
+    # --- functions held by attributes --------------------------------------------------------------------------
+    def visit_Assign(self, node: ast.Assign) -> None:
+        if self.detailed and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            text = ast.unparse(node.value)
+            if "stream" in text.lower() and len(text) < 200:
+                self.fn.stream_aliases.setdefault(node.targets[0].id, []).append(text)
+        if isinstance(node.value, (ast.Name, ast.Attribute)):
+            for target in node.targets:
+                if isinstance(target, ast.Attribute):
+                    self.pending_attr_functions.append(
+                        (target.attr, dotted(node.value), self._scope_name(), node.lineno))
+        self.generic_visit(node)
+
+    def _resolve_attr_functions(self) -> None:
+        """Keep `x.attr = name` only where `name` is a function of this file or an imported name."""
+        for attr, name, scope, line in self.pending_attr_functions:
+            target = None
+            parts = [] if scope == MODULE_SCOPE else scope.split(".")
+            while True:  # innermost enclosing scope first
+                candidate = ".".join(parts + [name])
+                if candidate in self.defined:
+                    target = candidate
+                    break
+                if not parts:
+                    break
+                parts.pop()
+            if target is None:
+                head = name.split(".", 1)[0]
+                if head in self.facts.imports:
+                    target = self.facts.imports[head] + name[len(head):]
+            if target is not None:
+                self.facts.attr_functions.append(AttrFunction(attr, target, line))
+                self._keep_line(line)
+
+
+def _elements(node: ast.AST) -> list[ast.AST]:
+    """A call argument and, for literal lists/tuples and comprehensions, the expressions inside."""
+    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+        return [e for elt in node.elts for e in _elements(elt)]
+    if isinstance(node, (ast.ListComp, ast.GeneratorExp, ast.SetComp)):
+        return _elements(node.elt)
+    if isinstance(node, ast.IfExp):
+        return _elements(node.body) + _elements(node.orelse)
+    return [node]

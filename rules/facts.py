@@ -1,0 +1,209 @@
+"""Per-file facts: everything the rules need from one source file, in a JSON-serializable form.
+
+A file is parsed once (`extract_facts`); rules and the whole-program view read only these facts, never the source.
+Positions are 1-based lines and columns as in the source; `FileFacts.lines` keeps the stripped text of every line
+that a fact points at, which is what findings show as snippets.
+
+Fact kinds, per function:
+- `Call`     a call site: the callee's dotted text (`self.fetch`, `torch.cuda.synchronize`, `?.all_gather_coalesced`)
+- `Access`   a device write (`copy_`, another in-place method, `out=`) or read (argument of a call, receiver of a
+             tensor method, operand) of an access path such as `param.ds_secondary_tensor`
+- `Sync`     an ordering operation: wait_stream, wait_event, synchronize, record, host_sync (`.item()`...),
+             record_stream
+- `Region`   a `with <...>.stream(s):` body; other facts carry the index of their innermost region (or -1)
+New kinds (non_blocking copies, async collective handles, frees) are added as new lists on FunctionFacts with a
+default of empty, so older caches still load.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from .options import StaticOptions
+
+MODULE_SCOPE = "<module>"
+NO_REGION = -1
+
+
+class ParseFailure(Exception):
+    """The source is not valid Python; `line` and `column` are 1-based (0 when unknown)."""
+
+    def __init__(self, message: str, line: int = 0, column: int = 0) -> None:
+        super().__init__(message)
+        self.message = message
+        self.line = line
+        self.column = column
+
+    def __str__(self) -> str:
+        return f"{self.message} (line {self.line}, column {self.column})"
+
+
+@dataclass(frozen=True)
+class Call:
+    line: int
+    column: int
+    callee: str
+    region: int = NO_REGION
+    # The innermost conditional block (if/else branch, loop body, except handler) holding the call, as
+    # (first line, last line); (0, 0) when the call runs whenever its function does. Used to tell whether an
+    # ordering dominates a later access.
+    block: tuple[int, int] = (0, 0)
+    # Functions passed as arguments (`register_hook(fn)`, `wrap(dist.allgather_fn)(...)`): they may run from here.
+    func_args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Access:
+    kind: str  # "write" | "read"
+    path: str  # `param.ds_secondary_tensor`, `self.buf`, `x`; views, `.data` and subscripts are stripped
+    line: int
+    column: int
+    op: str  # the method or callee that performs it: "copy_", "out=", "all_gather_into_tensor", "+"
+    region: int = NO_REGION
+    collective: bool = False  # read by a collective (runs on the communication library's stream)
+
+
+@dataclass(frozen=True)
+class Sync:
+    kind: str  # "wait_stream" | "wait_event" | "synchronize" | "host_sync" | "record" | "record_stream"
+    receiver: str  # dotted text of the object the method is called on ("" for plain functions)
+    line: int
+    column: int
+    arg: str = ""
+    region: int = NO_REGION
+    block: tuple[int, int] = (0, 0)  # as for Call
+
+
+@dataclass(frozen=True)
+class Region:
+    stream: str  # the stream expression's source text, e.g. `self.__allgather_stream`
+    line: int
+    column: int
+    end_line: int
+    parent: int = NO_REGION
+
+
+@dataclass
+class FunctionFacts:
+    qualname: str  # `Class.method`, `outer.inner`, or MODULE_SCOPE for module- and class-level code
+    name: str
+    cls: str | None  # qualname of the class this is a method of
+    line: int
+    end_line: int
+    calls: list[Call] = field(default_factory=list)
+    accesses: list[Access] = field(default_factory=list)
+    syncs: list[Sync] = field(default_factory=list)
+    regions: list[Region] = field(default_factory=list)
+    # Local names bound to stream-looking expressions (`stream = self.reduction_stream`), so `with stream(stream)`
+    # and `stream.wait_stream(...)` can be tied to the stream they name.
+    stream_aliases: dict[str, list[str]] = field(default_factory=dict)
+
+    _parts = {"calls": Call, "accesses": Access, "syncs": Sync, "regions": Region}
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "FunctionFacts":
+        kwargs = {k: data[k] for k in ("qualname", "name", "cls", "line", "end_line")}
+        kwargs["stream_aliases"] = {k: list(v) for k, v in data.get("stream_aliases", {}).items()}
+        for key, kind in cls._parts.items():
+            kwargs[key] = [_build(kind, item) for item in data.get(key, ())]
+        return cls(**kwargs)
+
+
+@dataclass(frozen=True)
+class ClassFacts:
+    qualname: str
+    bases: tuple[str, ...]  # dotted source text of each base
+    line: int
+
+
+@dataclass(frozen=True)
+class AttrFunction:
+    """`obj.<attr> = <function>`: later calls of `<anything>.<attr>(...)` may run that function."""
+
+    attr: str
+    function: str  # qualname in this file, or an imported dotted name
+    line: int
+
+
+@dataclass
+class FileFacts:
+    path: str
+    module: str  # dotted module name guessed from the path (`deepspeed.runtime.zero.partition_parameters`)
+    is_package: bool  # an `__init__.py`
+    detailed: bool  # accesses, syncs and regions were extracted (the file passed the token prefilter)
+    imports: dict[str, str] = field(default_factory=dict)  # local name -> dotted target (`.x` / `..y`: relative)
+    star_imports: list[str] = field(default_factory=list)
+    classes: list[ClassFacts] = field(default_factory=list)
+    functions: list[FunctionFacts] = field(default_factory=list)
+    attr_functions: list[AttrFunction] = field(default_factory=list)
+    lines: dict[int, str] = field(default_factory=dict)  # stripped text of every line a fact points at
+
+    def snippet(self, line: int) -> str:
+        return self.lines.get(line, "")
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("functions", "lines")}
+        data["classes"] = [asdict(c) for c in self.classes]
+        data["attr_functions"] = [asdict(a) for a in self.attr_functions]
+        data["functions"] = [fn.to_dict() for fn in self.functions]
+        data["lines"] = {str(k): v for k, v in self.lines.items()}
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "FileFacts":
+        return cls(
+            path=data["path"],
+            module=data["module"],
+            is_package=data["is_package"],
+            detailed=data["detailed"],
+            imports=dict(data.get("imports", {})),
+            star_imports=list(data.get("star_imports", ())),
+            classes=[_build(ClassFacts, c) for c in data.get("classes", ())],
+            functions=[FunctionFacts.from_dict(f) for f in data.get("functions", ())],
+            attr_functions=[_build(AttrFunction, a) for a in data.get("attr_functions", ())],
+            lines={int(k): v for k, v in data.get("lines", {}).items()},
+        )
+
+
+def _build(kind: type, data: dict[str, Any]):
+    known = {f.name for f in fields(kind)}
+    values = {k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items() if k in known}
+    return kind(**values)
+
+
+def module_name(path: str) -> tuple[str, bool]:
+    """`a/b/c.py` -> ("a.b.c", False); `a/b/__init__.py` -> ("a.b", True). Leading `./` and `..` are dropped."""
+    parts = [p for p in path.replace("\\", "/").split("/") if p not in ("", ".", "..")]
+    if not parts:
+        return "", False
+    last = parts[-1]
+    if last.endswith(".pyi"):
+        last = last[:-4]
+    elif last.endswith(".py"):
+        last = last[:-3]
+    is_package = last == "__init__"
+    parts = parts[:-1] if is_package else parts[:-1] + [last]
+    return ".".join(parts), is_package
+
+
+def needs_detail(source: str, options: StaticOptions) -> bool:
+    """Token prefilter: only files that mention streams, syncs or collectives can hold a stream region, a sync or
+    a consumer that matters; the rest only feed the call graph."""
+    words = _PREFILTER_WORDS | options.all_stream_contexts | options.all_collectives | options.all_syncs
+    return any(word.rsplit(".", 1)[-1] in source for word in words)
+
+
+_PREFILTER_WORDS = frozenset({
+    "stream", "synchronize", "non_blocking", "async_op", "pin_memory", "record_stream", "wait_event", "Event",
+})
+
+
+def extract_facts(source: str, path: str, options: StaticOptions) -> FileFacts:
+    """Parse `source` once and return its facts. Raises ParseFailure on invalid Python."""
+    from .extract import extract
+
+    return extract(source, path, options, detailed=needs_detail(source, options))

@@ -1,0 +1,35 @@
+"""Rule discovery: every `rules/scNNN_*.py` module contributes its Rule subclasses; adding a rule is adding a file."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import re
+from functools import lru_cache
+
+from .rule import Rule
+
+_RULE_MODULE = re.compile(r"^sc\d{3}_\w+$")
+
+
+@lru_cache(maxsize=1)
+def _discover() -> tuple[type[Rule], ...]:
+    package = importlib.import_module(__package__)
+    found: dict[str, type[Rule]] = {}
+    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
+        if not _RULE_MODULE.match(info.name):
+            continue
+        module = importlib.import_module(f"{__package__}.{info.name}")
+        for value in vars(module).values():
+            if isinstance(value, type) and issubclass(value, Rule) and value is not Rule and value.id:
+                if value.__module__ != module.__name__:
+                    continue  # imported from elsewhere
+                if value.id in found:
+                    raise RuntimeError(f"rule id {value.id} is defined twice ({found[value.id].__module__})")
+                found[value.id] = value
+    return tuple(found[k] for k in sorted(found))
+
+
+def all_rules() -> list[type[Rule]]:
+    """Every rule class, sorted by id."""
+    return list(_discover())

@@ -1,0 +1,44 @@
+"""What every rule is: an id, a one-line summary, documentation in its docstring, examples, and `check`.
+
+A rule lives alone in `rules/scNNN_<name>.py`; the registry finds it there. The docstring has the sections
+"What it does", "Why it is bad", "Example" and "Fix". `VALID` snippets must give no finding of the rule; each
+`INVALID` snippet marks every line where a finding must point with a trailing `# expect: <rule id>` comment.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from typing import TYPE_CHECKING, ClassVar, Iterable
+
+from streamcheck.findings import Finding, Location
+
+if TYPE_CHECKING:
+    from .program import Function, Program
+
+
+class Rule:
+    id: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+    VALID: ClassVar[list[str]] = []
+    INVALID: ClassVar[list[str]] = []
+
+    @classmethod
+    def documentation(cls) -> str:
+        body = inspect.cleandoc(cls.__doc__ or "")
+        return f"{cls.id}: {cls.summary}\n\n{body}\n"
+
+    def check(self, program: "Program") -> Iterable[Finding]:
+        raise NotImplementedError
+
+    @classmethod
+    def expected_lines(cls, snippet: str) -> list[int]:
+        """Lines of an INVALID snippet marked `# expect: <this rule's id>`."""
+        marker = re.compile(rf"#\s*expect:\s*{re.escape(cls.id)}\b")
+        return [n for n, text in enumerate(snippet.splitlines(), 1) if marker.search(text)]
+
+
+def location(function: "Function", line: int, column: int, role: str, note: str = "") -> Location:
+    """A Location in `function`'s file with the stripped source line as snippet."""
+    return Location(
+        path=function.file.path, line=line, column=column, role=role, note=note, snippet=function.file.snippet(line))
