@@ -104,6 +104,8 @@ def missing_edge(race: Race, names: Names) -> str:
 
 def _doer(access: Access, names: Names) -> str:
     """"cuda:0/s1 (side stream)" or "c10d::allreduce_ on nccl:0/0 launched from cuda:0/s1"."""
+    if access.op == "free":
+        return f"thread {access.thread} (the block goes back to the pool of {names.actor(access.actor)})"
     if access.stream:
         return f"{access.op or 'collective'} on {access.actor} launched from {names.actor(access.stream)}"
     if access.actor == access.thread:
