@@ -243,6 +243,16 @@ def fix_hint(kind: str, earlier: AccessView, later: AccessView) -> tuple[str, st
                f"{earlier.stream}), so the allocator waits for {user}'s work before it reuses the memory; or make "
                f"{later.stream} wait for {user} before the free")
         return missing, fix
+    if earlier.launch_actor:  # the earlier access is an async collective's: its work handle was not waited for
+        missing = f"nothing waited for the {earlier.op} launched at {after} before the {later.verb} at {before}"
+        if is_host(later.actor):
+            fix = (f"call `work.wait()` on the handle of the {earlier.op} launched at {after}, then "
+                   f"`torch.cuda.current_stream().synchronize()`, before the host {later.verb} at {before}")
+        else:
+            fix = (f"call `work.wait()` on the handle of the {earlier.op} launched at {after} before the "
+                   f"{later.verb} at {before}, with {later.stream} as the current stream (or launch it with "
+                   f"async_op=False)")
+        return missing, fix
     if is_host(later.actor) and not is_host(earlier.actor):
         stream = _code_name(earlier.actor, later.actor)
         missing = f"{later.stream} never waited for {earlier.stream} after {after}"

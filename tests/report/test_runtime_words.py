@@ -85,3 +85,16 @@ def test_enrich_rewrites_message_fix_and_the_sync_note_and_keeps_the_fingerprint
     assert enriched.extra["world_size"] == 2
     static = Finding(rule="SC101", message="static", primary=Location("a.py", 1))
     assert enrich(static) is static
+
+
+def test_read_before_an_async_collective_was_waited_for_asks_for_work_wait():
+    """Scenario 25: all_reduce(t, async_op=True) writes t on the NCCL stream; t is read before work.wait()."""
+    finding = _finding("RAW", {"actor": "nccl:0/0", "is_write": True, "op": "c10d::allreduce_",
+                               "stream": "cuda:0/s0"},
+                       {"actor": "cuda:0/s0", "is_write": False, "op": "aten::mul"})
+    view = describe(finding, world_size=2)
+    assert view.fix == ("call `work.wait()` on the handle of the c10d::allreduce_ launched at train.py:10 before the "
+                        "read at train.py:20, with compute stream cuda:0 as the current stream (or launch it with "
+                        "async_op=False)")
+    assert view.earlier.stream == "NCCL stream of group [0, 1] on cuda:0"
+    assert view.earlier.launched_from == "compute stream cuda:0"
