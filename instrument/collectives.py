@@ -9,7 +9,9 @@ schema carries no alias annotations, so the argument names say what is read and 
 The op returns a Work object. `Work.wait()` is a plain method, not an op: it is wrapped, and the Work seen in the
 dispatcher (a ScriptObject) is matched to the Python Work the program holds by unboxing it into the same pybind
 instance, kept alive until it is waited for. A collective called with `async_op=False` is ordered before the
-current stream at once (torch waits for it before returning).
+current stream at once (torch waits for it before returning). The group also keeps the collective's tensors from
+being reused while its stream may still use them, so each of their blocks gets the NCCL stream as a recorded
+stream (freeing an all-gather input right after the call is safe).
 """
 
 from __future__ import annotations
@@ -106,6 +108,11 @@ class CollectiveHooks:
                 site = rec.sites.capture(2)
                 calls = [("collective", (thread, stream, comm, read_ranges, write_ranges, async_op, work, site,
                                          plan.name))]
+                # ProcessGroupNCCL keeps the collective's blocks from reuse until its stream is done with them
+                # (recordStream on that stream, or the tensors held by the Work until wait()): for the allocator,
+                # the communication stream is a recorded user of each of them.
+                for base in {rng[0] for rng in read_ranges} | {rng[0] for rng in write_ranges}:
+                    calls.append(("record_stream", (base, comm)))
                 if deferred:
                     calls.extend(deferred)
                 rec.emit_now(calls)
