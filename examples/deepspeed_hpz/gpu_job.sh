@@ -25,13 +25,13 @@ nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee -a "$LOG"
 
 if has tests; then
   log "GPU tests (scenarios 20-27)"
-  timeout 240 python3 -P -m pytest -q -p no:cacheprovider -m gpu tests/gpu -rA --durations=0 >"$OUT/gpu-tests.log" 2>&1
+  timeout 200 python3 -P -m pytest -q -p no:cacheprovider -m gpu tests/gpu -rA --durations=0 >"$OUT/gpu-tests.log" 2>&1
   log "pytest exit $?"; tail -n 40 "$OUT/gpu-tests.log" | tee -a "$LOG"
 fi
 
 if has trace && [ -f examples/hpz_race/racy.py ]; then
   log "hpz_race: record the trace"
-  rm -rf /tmp/hpz && timeout 120 python3 -P -m streamcheck.cli run --out /tmp/hpz --trace "$OUT/hpz_race.jsonl" \
+  rm -rf /tmp/hpz && timeout 60 python3 -P -m streamcheck.cli run --out /tmp/hpz --trace "$OUT/hpz_race.jsonl" \
     -- python3 examples/hpz_race/racy.py >>"$LOG" 2>&1
   log "hpz_race exit $?; trace $(wc -l <"$OUT/hpz_race.jsonl") lines"
   timeout 60 python3 -P -m streamcheck.cli analyze "$OUT/hpz_race.jsonl" >>"$LOG" 2>&1; log "analyze exit $?"
@@ -63,10 +63,10 @@ if has smoke; then
   seed 0.13.5 "$SMOKE_STEPS" sc 150
 fi
 if has full; then
-  seed 0.13.4 "$FULL_STEPS" plain 150
-  seed 0.13.4 "$FULL_STEPS" sc 240
-  seed 0.13.5 "$FULL_STEPS" plain 150
-  seed 0.13.5 "$FULL_STEPS" sc 240
+  seed 0.13.4 "$FULL_STEPS" plain 80
+  seed 0.13.4 "$FULL_STEPS" sc 100
+  seed 0.13.5 "$FULL_STEPS" plain 80
+  seed 0.13.5 "$FULL_STEPS" sc 100
 fi
 # findings of every instrumented run, as one small archive
 tar czf "$OUT/seed-logs/findings.tgz" /tmp/sc-* 2>/dev/null
