@@ -44,9 +44,12 @@ NOT_DATA_WRITES = frozenset({"requires_grad_", "share_memory_", "retain_grad_", 
 HOST_ONLY_FUNCTIONS = frozenset({
     "hasattr", "isinstance", "issubclass", "len", "id", "print", "type", "getattr", "setattr", "delattr", "str",
     "repr", "callable", "hash", "format", "sorted", "enumerate", "zip", "iter", "next", "list", "tuple", "set",
-    "dict", "frozenset", "super", "vars", "dir", "print_rank_0", "debug_rank0", "logger.info", "logger.debug",
-    "logger.warning", "logger.error", "log_dist", "append", "extend", "add", "discard", "remove", "pop",
-    "popleft", "appendleft", "get", "setdefault", "index", "count", "keys", "values", "items", "update", "insert",
+    "dict", "frozenset", "super", "vars", "dir", "print_rank_0", "debug_rank0", "log_dist",
+})
+# Methods of loggers and containers: storing or printing a tensor is no device access.
+HOST_ONLY_METHODS = frozenset({
+    "info", "debug", "warning", "error", "append", "extend", "add", "discard", "remove", "pop", "popleft",
+    "appendleft", "get", "setdefault", "index", "count", "keys", "values", "items", "update", "insert",
 })
 
 BLOCKING_HOST_METHODS = frozenset({"item", "tolist", "cpu", "numpy"})
@@ -131,6 +134,7 @@ class _FactsVisitor(ast.NodeVisitor):
         self.fn = FunctionFacts(MODULE_SCOPE, MODULE_SCOPE, None, 1, end)
         self.facts.functions.append(self.fn)
         self.visit(tree)
+        _drop_unwritten_locals(self.fn)
         self._resolve_attr_functions()
 
     def _keep_line(self, line: int) -> None:
@@ -193,6 +197,7 @@ class _FactsVisitor(ast.NodeVisitor):
         for stmt in node.body:
             self.visit(stmt)
         self.class_stack.pop()
+        _drop_unwritten_locals(fn)
         self.fn, self.region, self.blocks = saved
         self.scope.pop()
 
@@ -303,21 +308,27 @@ class _FactsVisitor(ast.NodeVisitor):
         if sync_kind:
             arg = dotted(node.args[0]) if node.args else ""
             self.fn.syncs.append(Sync(sync_kind, receiver, line, col, arg, self.region, self.blocks[-1]))
+        on_module = receiver.split(".", 1)[0] in self.facts.imports  # `torch.add(...)`, `dist.all_reduce(...)`
         if method and _is_inplace(method):
             self._access("write", node.func.value, line, col, method)
-        elif method and method not in METADATA_METHODS and method not in VIEW_METHODS and not sync_kind:
+        elif method and not on_module and method not in METADATA_METHODS and method not in VIEW_METHODS \
+                and not sync_kind:
             self._access("read", node.func.value, line, col, method)
-        if last in HOST_ONLY_FUNCTIONS or callee in HOST_ONLY_FUNCTIONS or sync_kind:
+        for kw in node.keywords:
+            if kw.arg == "out":
+                for elt in _elements(kw.value):
+                    self._access("write", elt, line, col, "out=")
+        host_only = callee in HOST_ONLY_FUNCTIONS or (method in HOST_ONLY_METHODS and not on_module)
+        if host_only or sync_kind:
             return
+        if matches_name(callee, self.stream_names) or last in ("Stream", "Event", "current_stream"):
+            return  # naming a stream or event touches no tensor
         collective = matches_name(callee, self.collectives)
         for arg in node.args:
             for elt in _elements(arg):
                 self._access("read", elt, line, col, last, collective)
         for kw in node.keywords:
-            if kw.arg == "out":
-                for elt in _elements(kw.value):
-                    self._access("write", elt, line, col, "out=")
-            elif kw.arg is not None:
+            if kw.arg not in (None, "out"):
                 for elt in _elements(kw.value):
                     self._access("read", elt, line, col, last, collective)
 
@@ -355,9 +366,11 @@ class _FactsVisitor(ast.NodeVisitor):
     # --- functions held by attributes --------------------------------------------------------------------------
     def visit_Assign(self, node: ast.Assign) -> None:
         if self.detailed and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            text = ast.unparse(node.value)
-            if "stream" in text.lower() and len(text) < 200:
-                self.fn.stream_aliases.setdefault(node.targets[0].id, []).append(text)
+            values = [node.value.body, node.value.orelse] if isinstance(node.value, ast.IfExp) else [node.value]
+            for value in values:
+                text = ast.unparse(value)
+                if "stream" in text.lower() and len(text) < 200:
+                    self.fn.stream_aliases.setdefault(node.targets[0].id, []).append(text)
         if isinstance(node.value, (ast.Name, ast.Attribute)):
             for target in node.targets:
                 if isinstance(target, ast.Attribute):
@@ -385,6 +398,12 @@ class _FactsVisitor(ast.NodeVisitor):
             if target is not None:
                 self.facts.attr_functions.append(AttrFunction(attr, target, line))
                 self._keep_line(line)
+
+
+def _drop_unwritten_locals(fn: FunctionFacts) -> None:
+    """A plain local name only matters to the rules when the same function writes it: keep the facts small."""
+    written = {a.path for a in fn.accesses if a.kind == "write" and "." not in a.path}
+    fn.accesses = [a for a in fn.accesses if "." in a.path or a.path in written]
 
 
 def _elements(node: ast.AST) -> list[ast.AST]:

@@ -200,7 +200,9 @@ class Prefetcher:
                     for key in _keys(program, read.function, read.access):
                         for writer, write in writes.get(key, ()):
                             if self._unordered_side(program, writer, write, read, region_fn, region, reader_stream):
-                                by_write.setdefault((writer.id, write), []).append(read)
+                                reads = by_write.setdefault((writer.id, write), [])
+                                if read not in reads:  # found again through another key
+                                    reads.append(read)
                 for (writer_id, write), reads in by_write.items():
                     writer = program.functions[writer_id]
                     yield _finding(program, writer, write, reads, region_fn, region, reader_stream)
@@ -239,7 +241,8 @@ class Prefetcher:
                         continue
                     if _ordered_after_write(program, writer, write, access.line if same_body else None):
                         continue
-                    reads.append(_Read(reader, access, ()))
+                    if all(r.access != access or r.function is not reader for r in reads):
+                        reads.append(_Read(reader, access, ()))
             if reads:
                 yield _finding(program, writer, write, reads, writer, region, CURRENT_STREAM, reader_first=False,
                                writer_stream=writer_stream)

@@ -1,0 +1,188 @@
+"""Facts of one file: what is extracted, where, and that it survives a JSON round trip."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from streamcheck.rules.facts import NO_REGION, FileFacts, ParseFailure, extract_facts, module_name
+from streamcheck.rules.options import StaticOptions
+
+from static_helpers import line_of
+
+SOURCE = """
+import torch
+import torch.distributed as dist
+from deepspeed.accelerator import get_accelerator
+from .utils import helper as h
+from .. import comm
+from .sibling import *
+
+
+class Store(Base):
+    def release(self, param, src):
+        param.ds_secondary_tensor.narrow(0, 0, 4).copy_(src.view(-1))
+        param.ds_tensor.data.add_(1)
+        torch.add(src, 1, out=self.buf)
+        n = param.ds_secondary_tensor.numel()
+        shape = param.ds_secondary_tensor.shape
+        if param.ds_secondary_tensor is None:
+            pass
+        y = src * self.scale_tensor
+        torch.cuda.current_stream().synchronize()
+
+    def fetch(self, params):
+        self.side.wait_stream(torch.cuda.current_stream())
+        with get_accelerator().stream(self.side):
+            out = torch.cat([p.ds_secondary_tensor.to("cuda") for p in params])
+            dist.all_gather_into_tensor(self.gathered, out, async_op=True)
+            with torch.cuda.stream(torch.cuda.current_stream()):
+                pass
+        ev = torch.cuda.Event()
+        ev.record()
+        self.side.wait_event(ev)
+        loss = out.sum().item()
+        if loss:
+            torch.cuda.synchronize()
+
+    def convert(self, param):
+        def all_gather_coalesced(params):
+            return params
+        param.all_gather_coalesced = all_gather_coalesced
+        param.partition = h
+"""
+
+
+@pytest.fixture(scope="module")
+def facts():
+    return extract_facts(textwrap.dedent(SOURCE), "pkg/sub/store.py", StaticOptions())
+
+
+def _fn(facts, qualname):
+    return next(f for f in facts.functions if f.qualname == qualname)
+
+
+def test_module_name_from_path():
+    assert module_name("pkg/sub/store.py") == ("pkg.sub.store", False)
+    assert module_name("./pkg/__init__.py") == ("pkg", True)
+
+
+def test_imports_keep_relative_targets_for_the_program(facts):
+    assert facts.imports == {
+        "torch": "torch",
+        "dist": "torch.distributed",
+        "get_accelerator": "deepspeed.accelerator.get_accelerator",
+        "h": ".utils.helper",
+        "comm": "..comm",
+    }
+    assert facts.star_imports == [".sibling"]
+    assert facts.detailed
+
+
+def test_functions_classes_and_nesting(facts):
+    names = [(f.qualname, f.cls) for f in facts.functions]
+    assert names == [
+        ("<module>", None),
+        ("Store.release", "Store"),
+        ("Store.fetch", "Store"),
+        ("Store.convert", "Store"),
+        ("Store.convert.all_gather_coalesced", None),
+    ]
+    assert [(c.qualname, c.bases) for c in facts.classes] == [("Store", ("Base",))]
+    release = _fn(facts, "Store.release")
+    assert (release.line, release.end_line) == (
+        line_of(SOURCE, "def release"), line_of(SOURCE, "current_stream().synchronize()"))
+
+
+def test_writes_strip_views_and_data_and_see_out(facts):
+    release = _fn(facts, "Store.release")
+    writes = [(a.path, a.op, a.line) for a in release.accesses if a.kind == "write"]
+    assert writes == [
+        ("param.ds_secondary_tensor", "copy_", line_of(SOURCE, ".narrow(0, 0, 4).copy_")),
+        ("param.ds_tensor", "add_", line_of(SOURCE, ".data.add_(1)")),
+        ("self.buf", "out=", line_of(SOURCE, "out=self.buf")),
+    ]
+
+
+def test_reads_skip_metadata_and_none_checks(facts):
+    release = _fn(facts, "Store.release")
+    reads = sorted({(a.path, a.line) for a in release.accesses if a.kind == "read"})
+    # `src` is a local the function never writes: kept out of the facts; `.numel()`, `.shape`, `is None` and the
+    # modules `torch` / `torch.cuda` are no reads.
+    assert reads == [("self.scale_tensor", line_of(SOURCE, "y = src *"))]
+
+
+def test_reads_in_regions_and_collectives(facts):
+    fetch = _fn(facts, "Store.fetch")
+    assert [(r.stream, r.line, r.end_line) for r in fetch.regions] == [
+        ("self.side", line_of(SOURCE, "get_accelerator().stream"), line_of(SOURCE, "with torch.cuda.stream(torch.cuda.current_stream())") + 1)]
+    reads = [(a.path, a.op, a.region, a.collective) for a in fetch.accesses if a.kind == "read"]
+    assert ("p.ds_secondary_tensor", "to", 0, False) in reads
+    assert ("self.gathered", "all_gather_into_tensor", 0, True) in reads
+    assert not any(path == "out" for path, *_ in reads)  # a local this function never writes
+
+
+def test_syncs_and_their_blocks(facts):
+    fetch = _fn(facts, "Store.fetch")
+    syncs = [(s.kind, s.receiver, s.line, s.region, s.block) for s in fetch.syncs]
+    if_line = line_of(SOURCE, "torch.cuda.synchronize()")
+    assert syncs == [
+        ("wait_stream", "self.side", line_of(SOURCE, "self.side.wait_stream"), NO_REGION, (0, 0)),
+        ("record", "ev", line_of(SOURCE, "ev.record()"), NO_REGION, (0, 0)),
+        ("wait_event", "self.side", line_of(SOURCE, "wait_event(ev)"), NO_REGION, (0, 0)),
+        ("host_sync", "out.sum()", line_of(SOURCE, ".item()"), NO_REGION, (0, 0)),
+        ("synchronize", "torch.cuda", if_line, NO_REGION, (if_line, if_line)),
+    ]
+    release = _fn(facts, "Store.release")
+    assert [(s.kind, s.receiver) for s in release.syncs] == [("synchronize", "torch.cuda.current_stream()")]
+
+
+def test_attribute_held_functions(facts):
+    held = [(a.attr, a.function) for a in facts.attr_functions]
+    assert held == [
+        ("all_gather_coalesced", "Store.convert.all_gather_coalesced"),
+        ("partition", ".utils.helper"),
+    ]
+
+
+def test_snippets_are_kept_for_fact_lines(facts):
+    line = line_of(SOURCE, ".narrow(0, 0, 4).copy_")
+    assert facts.snippet(line) == "param.ds_secondary_tensor.narrow(0, 0, 4).copy_(src.view(-1))"
+
+
+def test_json_round_trip(facts):
+    again = FileFacts.from_dict(json.loads(json.dumps(facts.to_dict())))
+    assert again == facts
+
+
+def test_parse_failure_has_a_position():
+    with pytest.raises(ParseFailure) as info:
+        extract_facts("def f(:\n    pass\n", "bad.py", StaticOptions())
+    assert (info.value.line, info.value.column) == (1, 7)
+
+
+def test_files_without_stream_words_only_feed_the_call_graph():
+    facts = extract_facts("def f(x, y):\n    x.copy_(y)\n    g(x)\n", "plain.py", StaticOptions())
+    assert not facts.detailed
+    assert [c.callee for c in facts.functions[1].calls] == ["x.copy_", "g"]
+    assert facts.functions[1].accesses == []
+
+
+def test_configured_stream_context_and_sync():
+    options = StaticOptions(stream_contexts=("on_side_stream",), syncs=("mylib.block_until_done",))
+    source = "def f(s, x):\n    with on_side_stream(s):\n        x.add_(1)\n    mylib.block_until_done()\n"
+    facts = extract_facts(source, "cfg.py", options)
+    fn = facts.functions[1]
+    assert [(r.stream, r.line) for r in fn.regions] == [("s", 2)]
+    assert [(a.kind, a.path, a.region) for a in fn.accesses] == [("write", "x", 0)]
+    assert [(s.kind, s.line) for s in fn.syncs] == [("synchronize", 4)]
+    assert extract_facts(source, "cfg.py", StaticOptions()).functions[1].regions == []
+
+
+def test_options_cache_key_tracks_what_changes_facts():
+    assert StaticOptions().cache_key() == StaticOptions().cache_key()
+    assert StaticOptions(collectives=("b", "a")).cache_key() == StaticOptions(collectives=("a", "b")).cache_key()
+    assert StaticOptions(collectives=("a",)).cache_key() != StaticOptions().cache_key()
+    assert hash(StaticOptions(syncs=("x",))) == hash(StaticOptions(syncs=["x"]))

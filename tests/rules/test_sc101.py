@@ -1,0 +1,230 @@
+"""SC101 on small programs: the exact finding where the hazard is, none where an ordering covers it."""
+
+from __future__ import annotations
+
+from streamcheck.findings import ROLE_CALL, ROLE_READ, ROLE_STREAM_CONTEXT, ROLE_WRITE
+
+from static_helpers import findings_of, line_of
+
+STORE = """
+import torch
+import torch.distributed as dist
+
+class Init:
+    def convert(self, param):
+        def all_gather_coalesced(params):
+            flat = torch.cat([p.ds_secondary_tensor for p in params])
+            return dist.all_gather_into_tensor(self.buffer, flat, async_op=True)
+        param.all_gather_coalesced = all_gather_coalesced
+
+    def partition_sec(self, param, full):
+        if param.ds_secondary_tensor is not None:
+            param.ds_secondary_tensor.copy_(full.view(-1))
+            {after_write}
+"""
+
+COORDINATOR = """
+import torch
+
+class Coordinator:
+    def fetch(self, params):
+        {before_region}
+        with torch.cuda.stream(self.allgather_stream):
+            {in_region}
+            handle = params[0].all_gather_coalesced(params)
+        return handle
+"""
+
+
+def _hpz(after_write="pass", before_region="pass", in_region="pass"):
+    return {
+        "pkg/__init__.py": "",
+        "pkg/store.py": STORE.replace("{after_write}", after_write),
+        "pkg/coordinator.py": COORDINATOR.replace("{before_region}", before_region).replace("{in_region}", in_region),
+    }
+
+
+def _summary(findings):
+    return [(f.rule, f.kind, f.primary.path, f.primary.line) for f in findings]
+
+
+def test_hpz_shape_across_files_is_reported_with_its_explanation():
+    sources = _hpz()
+    [finding] = findings_of(sources)
+    write_line = line_of(sources["pkg/store.py"], ".copy_(full")
+    assert _summary([finding]) == [("SC101", "RAW", "pkg/store.py", write_line)]
+    assert finding.symbol == "Init.partition_sec"
+    assert finding.primary.role == ROLE_WRITE
+    assert finding.primary.snippet == "param.ds_secondary_tensor.copy_(full.view(-1))"
+    related = [(loc.role, loc.path, loc.line) for loc in finding.related]
+    assert related == [
+        (ROLE_READ, "pkg/store.py", line_of(sources["pkg/store.py"], "torch.cat([p.ds_secondary_tensor")),
+        (ROLE_STREAM_CONTEXT, "pkg/coordinator.py", line_of(sources["pkg/coordinator.py"], "with torch.cuda.stream")),
+        (ROLE_CALL, "pkg/coordinator.py", line_of(sources["pkg/coordinator.py"], "params[0].all_gather_coalesced")),
+    ]
+    assert all(loc.snippet for loc in finding.related)
+    assert finding.extra["writer_stream"] == ""
+    assert finding.extra["reader_stream"] == "self.allgather_stream"
+    assert finding.extra["path"] == "param.ds_secondary_tensor"
+    assert "self.allgather_stream.wait_stream(torch.cuda.current_stream())" in finding.fix
+
+
+def test_wait_inside_the_region_before_the_read():
+    sources = _hpz(in_region="self.allgather_stream.wait_stream(torch.cuda.current_stream())")
+    assert findings_of(sources) == []
+
+
+def test_wait_before_entering_the_region():
+    sources = _hpz(before_region="self.allgather_stream.wait_stream(torch.cuda.current_stream())")
+    assert findings_of(sources) == []
+
+
+def test_a_wait_of_another_stream_does_not_order_the_region():
+    sources = _hpz(before_region="self.other_stream.wait_stream(torch.cuda.current_stream())")
+    assert len(findings_of(sources)) == 1
+
+
+def test_a_wait_that_may_be_skipped_does_not_order_the_read():
+    sources = _hpz(in_region="if self.careful: torch.cuda.current_stream().wait_stream(self.compute)")
+    assert len(findings_of(sources)) == 1
+
+
+def test_synchronize_after_the_write():
+    # DeepSpeed 0.13.5's fix.
+    assert findings_of(_hpz(after_write="torch.cuda.current_stream().synchronize()")) == []
+    assert findings_of(_hpz(after_write="torch.cuda.synchronize()")) == []
+
+
+def test_a_synchronize_in_a_branch_after_the_write_does_not_count():
+    sources = _hpz(after_write="if self.debug: torch.cuda.synchronize()")
+    assert len(findings_of(sources)) == 1
+
+
+def test_event_recorded_after_the_write_and_waited_before_the_read():
+    sources = _hpz(after_write="self.done.record()", in_region="self.allgather_stream.wait_event(self.done)")
+    assert findings_of(sources) == []
+
+
+def test_a_wait_in_an_exactly_resolved_callee_before_the_read():
+    sources = {"m.py": """
+        import torch
+
+        class Fetcher:
+            def release(self, p, full):
+                p.staging_shard.copy_(full)
+
+            def order(self):
+                self.side.wait_stream(torch.cuda.current_stream())
+
+            def fetch(self, params):
+                with torch.cuda.stream(self.side):
+                    self.order()
+                    return torch.cat([p.staging_shard for p in params])
+    """}
+    assert findings_of(sources) == []
+
+
+def test_write_and_read_on_the_same_stream_context():
+    sources = {"m.py": """
+        import torch
+
+        class Worker:
+            def produce(self, p, full):
+                with torch.cuda.stream(self.side):
+                    p.staging_shard.copy_(full)
+
+            def consume(self, params):
+                with torch.cuda.stream(self.side):
+                    return torch.cat([p.staging_shard for p in params])
+    """}
+    assert findings_of(sources) == []
+
+
+def test_write_on_a_side_stream_read_later_on_the_current_stream():
+    source = """
+        import torch
+
+        class Prefetcher:
+            def prefetch(self, host):
+                with torch.cuda.stream(self.copy_stream):
+                    self.staged.copy_(host, non_blocking=True)
+                {after_region}
+
+            def step(self, model):
+                return model(self.staged)
+    """
+    racy = source.replace("{after_region}", "pass")
+    [finding] = findings_of({"m.py": racy})
+    assert _summary([finding]) == [("SC101", "RAW", "m.py", line_of(racy, "self.staged.copy_"))]
+    assert finding.extra["writer_stream"] == "self.copy_stream"
+    assert finding.extra["reader_stream"] == ""
+    assert [(loc.role, loc.line) for loc in finding.related] == [
+        (ROLE_READ, line_of(racy, "model(self.staged)")), (ROLE_STREAM_CONTEXT, line_of(racy, "with torch.cuda"))]
+    fixed = source.replace("{after_region}", "torch.cuda.current_stream().wait_stream(self.copy_stream)")
+    assert findings_of({"m.py": fixed}) == []
+
+
+def test_generic_attributes_need_the_same_owner():
+    by_name_only = {"m.py": """
+        import torch
+
+        def load(p, full):
+            p.weight.copy_(full)
+
+        def fetch(module, s):
+            with torch.cuda.stream(s):
+                return module.weight * 2
+    """}
+    assert findings_of(by_name_only) == []
+    same_class = """
+        import torch
+
+        class Layer:
+            def load(self, full):
+                self.weight.copy_(full)
+
+            def fetch(self):
+                with torch.cuda.stream(self.side):
+                    return self.weight * 2
+    """
+    assert _summary(findings_of({"m.py": same_class})) == [("SC101", "RAW", "m.py", line_of(same_class, "copy_"))]
+
+
+def test_local_tensor_in_one_function():
+    source = """
+        import torch
+
+        def run(x, y, s):
+            x.copy_(y)
+            with torch.cuda.stream(s):
+                z = x * 2
+            x.add_(1)
+            return z
+    """
+    # The add_ after the region is not consumed by the region's read (program order).
+    assert _summary(findings_of({"m.py": source})) == [("SC101", "RAW", "m.py", line_of(source, "x.copy_(y)"))]
+
+
+def test_stream_picked_into_a_local_is_tied_to_its_attribute():
+    source = """
+        import torch
+
+        class Reducer:
+            def average(self, t):
+                stream = self.reduction_stream
+                if self.overlap:
+                    stream.wait_stream(torch.cuda.current_stream())
+
+            def accumulate(self, p, g):
+                p.grad_accum_buffer.add_(g)
+
+            def reduce(self, params):
+                self.average(params[0])
+                stream = self.reduction_stream if self.overlap else torch.cuda.current_stream()
+                with torch.cuda.stream(stream):
+                    return torch.cat([p.grad_accum_buffer for p in params])
+    """
+    assert findings_of({"m.py": source}) == []
+    unordered = source.replace("                self.average(params[0])\n", "")
+    assert _summary(findings_of({"m.py": unordered})) == [
+        ("SC101", "RAW", "m.py", line_of(unordered, "grad_accum_buffer.add_"))]
