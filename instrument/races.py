@@ -88,6 +88,10 @@ def missing_edge(race: Race, names: Names) -> str:
     if race.kind == "FREE":
         return (f"call record_stream({earlier.actor}) on the tensor before it is freed at {before}, or make "
                 f"{names.actor(later.actor)} wait for {source} after {after} before the free")
+    if earlier.stream and not later_is_host:  # an async collective whose work handle nobody waited for
+        return (f"call work.wait() on the handle of the {earlier.op or 'collective'} launched at {after} before "
+                f"{before}, with {names.actor(_waiter(later))} as the current stream (or make it wait for "
+                f"{source}, or launch with async_op=False)")
     if later_is_host and earlier_is_host:
         return (f"host thread {later.actor} must be ordered after {earlier.actor} after {after} (join the thread "
                 f"or hand over with a lock/queue) before {before}")

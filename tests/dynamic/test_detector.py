@@ -123,3 +123,16 @@ def test_shadow_segments_of_views():
     assert list(zip(shadow.starts, shadow.ends)) == [(0, 10)]
     assert [(r.kind, r.earlier.op, r.start, r.end) for r in d.races[1:]] == [
         ("WAW", "w", 0, 8), ("WAR", "r", 2, 4)]
+
+
+def test_race_after_an_async_collective_asks_for_work_wait():
+    def build(d):
+        d.collective("T", S0, "nccl:0/0", reads=[(1, 0, 8)], writes=[(1, 0, 8)], async_op=True, work=3, site=1,
+                     op="c10d::allreduce_")
+        d.kernel("T", S0, reads=[(1, 0, 8)], site=2, op="aten::mul")
+
+    finding = _finding(build)
+    assert (finding.rule, finding.kind) == ("SC201", "RAW")
+    assert finding.fix == ("call work.wait() on the handle of the c10d::allreduce_ launched at model.py:10 before "
+                           "model.py:20, with cuda:0/s0 as the current stream (or make it wait for nccl:0/0, or "
+                           "launch with async_op=False)")
