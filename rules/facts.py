@@ -84,6 +84,69 @@ class Region:
     parent: int = NO_REGION
 
 
+# --- hazard facts (SC102-SC105): filled by extract_hazards.py ---------------------------------------------------
+@dataclass(frozen=True)
+class Use:
+    """A mention of a local name or attribute path, in program order, by what it does to the tensor.
+
+    how: "read" (device op or host op, depending on where the tensor lives), "host" (`.numpy()`, `.tolist()`,
+    `.item()`), "write" (in-place method, `out=`, `x[...] = v`, `x += v`, filled by a reader), "stream" (the
+    source of a non_blocking copy: ordered on the stream, not on the host), "rebind" (`x = ...`), "free" (`del x`,
+    `x.data = ...`, `x.resize_(...)`, `x.storage().resize_(0)`), "escape" (returned or stored elsewhere),
+    "record_stream" (arg: the stream), "wait" (`x.wait()`, also through `for h in x`).
+    """
+
+    path: str
+    how: str
+    line: int
+    column: int
+    region: int = NO_REGION
+    block: tuple[int, int] = (0, 0)
+    arg: str = ""
+
+
+@dataclass(frozen=True)
+class Placement:
+    """`path = <expr>` where the expression says where the tensor lives ("pinned", "host", "device" or "") and
+    whether it is a fresh allocation (a factory, a copy, an arithmetic result)."""
+
+    path: str
+    where: str
+    line: int
+    fresh: bool = False
+    region: int = NO_REGION
+
+
+@dataclass(frozen=True)
+class AsyncCopy:
+    """A `non_blocking=True` copy: `dst.copy_(src, ...)`, `dst = src.to(target, ...)`, `.cpu(...)`, `.cuda(...)`.
+    The direction is decided by the rules from placements (the file may not say it here)."""
+
+    op: str  # "copy_" | "to" | "cpu" | "cuda"
+    dst: str  # "" when the result is not bound to a path
+    src: str
+    target: str  # `.to(...)`'s device text
+    line: int
+    column: int
+    end_line: int
+    region: int = NO_REGION
+    block: tuple[int, int] = (0, 0)
+
+
+@dataclass(frozen=True)
+class AsyncWork:
+    """A collective called with `async_op=True`: its handle (a name, or the list it was appended to) and the
+    tensors it reads or writes until the handle is waited."""
+
+    op: str
+    handle: str  # "" when the handle is dropped
+    tensors: tuple[str, ...]
+    line: int
+    column: int
+    end_line: int
+    block: tuple[int, int] = (0, 0)
+
+
 @dataclass
 class FunctionFacts:
     qualname: str  # `Class.method`, `outer.inner`, or MODULE_SCOPE for module- and class-level code
@@ -98,8 +161,19 @@ class FunctionFacts:
     # Local names bound to stream-looking expressions (`stream = self.reduction_stream`), so `with stream(stream)`
     # and `stream.wait_stream(...)` can be tied to the stream they name.
     stream_aliases: dict[str, list[str]] = field(default_factory=dict)
+    params: list[str] = field(default_factory=list)  # parameter names, in order
+    # Hazard facts (extract_hazards.py): only for names and paths that a hazard rule can care about.
+    uses: list[Use] = field(default_factory=list)
+    placements: list[Placement] = field(default_factory=list)
+    async_copies: list[AsyncCopy] = field(default_factory=list)
+    async_works: list[AsyncWork] = field(default_factory=list)
+    # (first, last) line of an `if` body and of its `else`: code in one never runs after code in the other.
+    branches: list[tuple[int, int, int, int]] = field(default_factory=list)
 
-    _parts = {"calls": Call, "accesses": Access, "syncs": Sync, "regions": Region}
+    _parts = {
+        "calls": Call, "accesses": Access, "syncs": Sync, "regions": Region, "uses": Use, "placements": Placement,
+        "async_copies": AsyncCopy, "async_works": AsyncWork,
+    }
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -108,6 +182,8 @@ class FunctionFacts:
     def from_dict(cls, data: dict[str, Any]) -> "FunctionFacts":
         kwargs = {k: data[k] for k in ("qualname", "name", "cls", "line", "end_line")}
         kwargs["stream_aliases"] = {k: list(v) for k, v in data.get("stream_aliases", {}).items()}
+        kwargs["params"] = list(data.get("params", ()))
+        kwargs["branches"] = [tuple(b) for b in data.get("branches", ())]
         for key, kind in cls._parts.items():
             kwargs[key] = [_build(kind, item) for item in data.get(key, ())]
         return cls(**kwargs)
