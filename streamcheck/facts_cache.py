@@ -82,9 +82,10 @@ class FactsCache:
             if not target.parent.is_dir():
                 self._prepare()
                 target.parent.mkdir(parents=True, exist_ok=True)
+            text = json.dumps(entry, separators=(",", ":"))  # one C-encoder call; json.dump streams in Python
             fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".tmp")
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                json.dump(entry, handle, separators=(",", ":"))
+                handle.write(text)
             os.replace(tmp, target)
         except (OSError, TypeError, ValueError):
             try:
