@@ -28,7 +28,7 @@ from typing import Any
 
 DEFAULT_EXCLUDE = (
     ".git", ".hg", ".svn", ".venv", "venv", ".tox", ".nox", "__pycache__", ".mypy_cache", ".pytest_cache",
-    ".ruff_cache", ".streamcheck_cache", ".eggs", "*.egg-info", "build", "dist", "node_modules", "site-packages",
+    ".ruff_cache", ".streamcheck_cache", ".cache", ".eggs", "*.egg-info", "build", "dist", "node_modules", "site-packages",
 )
 DEFAULT_MAX_FILE_SIZE_KB = 1024
 

@@ -59,11 +59,12 @@ def test_command_line_per_file_ignores_and_excludes(project, capsys):
 
 
 def test_exclude_replaces_the_defaults(project, capsys):
-    write_tree(project, {"build/x.py": COPY})
+    write_tree(project, {"build/x.py": COPY, ".cache/y.py": COPY, ".venv/z.py": COPY})
     code, doc, _ = scan_json(capsys, "--no-cache", "--exclude", "pkg,tests,gen", ".")
-    assert positions(doc) == [("SC101", "build/x.py", 2, 5)]
+    assert positions(doc) == [("SC101", ".cache/y.py", 2, 5), ("SC101", ".venv/z.py", 2, 5),
+                              ("SC101", "build/x.py", 2, 5)]
     code, doc, _ = scan_json(capsys, "--no-cache", "--extend-exclude", "pkg,tests,gen", ".")
-    assert code == 0 and doc["findings"] == []  # build/ is in the default excludes
+    assert code == 0 and doc["findings"] == []  # build/, .cache/ and .venv/ are in the default excludes
 
 
 def test_a_folder_named_on_purpose_is_scanned_inside_an_excluded_one(project, capsys):
