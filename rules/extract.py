@@ -127,6 +127,16 @@ class _FactsVisitor(ast.NodeVisitor):
         self.blocks: list[tuple[int, int]] = [(0, 0)]
         self.pending_attr_functions: list[tuple[str, str, str, int]] = []  # attr, name, scope, line
         self.defined: set[str] = set()
+        self.hazards = None
+        if detailed:  # SC102-SC105 facts: every node is shown to the collector first (extract_hazards.py)
+            from .extract_hazards import HazardCollector
+
+            self.hazards = HazardCollector(self)
+            self.visit = self._visit_with_hazards
+
+    def _visit_with_hazards(self, node: ast.AST):
+        self.hazards.see(node)
+        return ast.NodeVisitor.visit(self, node)
 
     # --- driving -----------------------------------------------------------------------------------------------
     def run(self, tree: ast.Module) -> None:
@@ -136,6 +146,8 @@ class _FactsVisitor(ast.NodeVisitor):
         self.visit(tree)
         _drop_unwritten_locals(self.fn)
         self._resolve_attr_functions()
+        if self.hazards is not None:
+            self.hazards.finish(self.facts)
 
     def _keep_line(self, line: int) -> None:
         if line not in self.facts.lines and 0 < line <= len(self.src_lines):
@@ -189,6 +201,8 @@ class _FactsVisitor(ast.NodeVisitor):
         cls = self.class_stack[-1]
         self.scope.append(node.name)
         fn = FunctionFacts(".".join(self.scope), node.name, cls, node.lineno, node.end_lineno or node.lineno)
+        args = node.args
+        fn.params = [a.arg for a in args.posonlyargs + args.args + args.kwonlyargs]
         self.facts.functions.append(fn)
         self.defined.add(fn.qualname)
         saved = self.fn, self.region, self.blocks

@@ -1,330 +1,40 @@
-"""The whole-program view: every function of every file, a call graph, and the streams each function can run on.
+"""The whole-program view the rules read: the call graph plus the streams each function can run on.
 
-Calls are resolved without importing anything:
-- bare names through nested and module-level definitions, the file's imports and star imports;
-- `self.m(...)` / `super().m(...)` through the enclosing class, its bases and its subclasses (overrides);
-- `pkg.mod.f(...)` and `Class.m(...)` through the import table;
-- `<anything>.m(...)` by name: functions stored in an attribute (`param.all_gather_coalesced = all_gather_coalesced`)
-  and, when few classes define it, methods called `m`. These edges are marked inexact.
-Functions passed as arguments (`wrap(dist.allgather_fn)(...)`) are treated as called at that site (inexact).
-
-Stream contexts: a function runs on the *current* stream (written "") when some chain of calls from a root (a
-function nobody calls) reaches it outside every `with ...stream(s):` region; it runs on stream `s` when a call inside
-such a region reaches it. A stream is identified by its expression text, qualified by the class family for `self.`
-expressions, so `self.__allgather_stream` of one class is one stream wherever that class uses it.
+A function runs on the *current* stream (written "") when some chain of calls from a root (a function nobody
+calls) reaches it outside every `with ...stream(s):` region; it runs on stream `s` when a call inside such a region
+reaches it. A stream is identified by its expression text (a local alias replaced by what it was bound to),
+qualified by the class family for `self.` expressions, so `self.__allgather_stream` of one class is one stream
+wherever that class uses it.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
 from functools import cached_property
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
-import networkx as nx
-
-from .facts import MODULE_SCOPE, NO_REGION, Access, Call, FileFacts, FunctionFacts, Region
+from .callgraph import CallGraph, Edge, Function
+from .facts import NO_REGION, Access, Call, FileFacts, Region
 from .options import StaticOptions
 
 CURRENT_STREAM = ""
 
-# By-name resolution of `<expr>.m(...)` is skipped for names defined by more classes than this (too vague) and for
-# names that are, far more often, methods of builtins and tensors.
-FUZZY_METHOD_LIMIT = 4
-NEVER_BY_NAME = frozenset({
-    "append", "extend", "pop", "popleft", "appendleft", "get", "items", "keys", "values", "update", "add", "remove",
-    "discard", "clear", "copy", "index", "count", "insert", "join", "split", "format", "startswith", "endswith",
-    "strip", "replace", "encode", "decode", "read", "write", "close", "open", "to", "cuda", "cpu", "item", "numel",
-    "size", "view", "reshape", "narrow", "copy_", "zero_", "fill_", "add_", "mul_", "div_", "sub_", "float", "half",
-    "bfloat16", "detach", "clone", "contiguous", "flatten", "__init__", "__call__", "forward", "backward",
-    "synchronize", "wait_stream", "wait_event", "record", "record_event", "record_stream", "query", "wait",
-    "current_stream", "default_stream", "stream", "Stream", "Event", "is_available", "device", "set_device",
-})
+__all__ = ["CURRENT_STREAM", "ORDERING_SYNCS", "Edge", "Function", "Program"]
 
 
-@dataclass(frozen=True, eq=False)  # one object per function: identity is equality
-class Function:
-    id: str  # "<path>::<qualname>"
-    file: FileFacts
-    facts: FunctionFacts
-    owner: str | None  # the class whose `self` this code sees (methods and functions nested in them)
-
-
-@dataclass(frozen=True)
-class Edge:
-    caller: str
-    call: Call
-    callee: str
-    exact: bool
-
-
-class Program:
-    """Functions of all files, resolved call edges, and stream contexts. Build once per scan."""
+class Program(CallGraph):
+    """Build once per scan from every file's facts; rules only read it."""
 
     def __init__(self, files: list[FileFacts], options: StaticOptions) -> None:
-        self.options = options
-        self.files = files
-        self.functions: dict[str, Function] = {}
-        self._by_module: dict[str, list[FileFacts]] = {}
-        self._top_level: dict[str, dict[str, str]] = {}  # path -> name -> function id (classes map to __init__)
-        self._classes: dict[tuple[str, str], tuple[str, ...]] = {}  # (path, class qualname) -> base texts
-        self._methods: dict[tuple[str, str], dict[str, str]] = {}  # (path, class qualname) -> name -> id
-        self._methods_by_name: dict[str, list[str]] = {}
-        self._dotted_memo: dict[str, list[str]] = {}
-        self._family_memo: dict[tuple[str, str], list[tuple[str, str]]] = {}
-        self._root_memo: dict[tuple[str, str], str] = {}
-        self._visible_memo: dict[str, set[str]] = {}
-        self._attr_functions: dict[str, list[str]] = {}
-        self._index()
-        self.graph = nx.MultiDiGraph()
-        self.graph.add_nodes_from(self.functions)
-        self._edges_by_call: dict[tuple[str, int, int], list[Edge]] = {}
+        super().__init__(files, options)
         self._wait_memo: dict[str, bool] = {}
-        self._build_edges()
+        self._memo: dict[str, Any] = {}
 
-    # --- indexing ----------------------------------------------------------------------------------------------
-    def _index(self) -> None:
-        self._module_of = _true_module_names(self.files)
-        for file in self.files:
-            self._by_module.setdefault(self._module_of[file.path], []).append(file)
-            top = self._top_level.setdefault(file.path, {})
-            class_names = {c.qualname for c in file.classes}
-            for cls in file.classes:
-                self._classes[(file.path, cls.qualname)] = cls.bases
-            for fn in file.functions:
-                fid = f"{file.path}::{fn.qualname}"
-                self.functions[fid] = Function(fid, file, fn, fn.cls or _enclosing_class(fn.qualname, class_names))
-                if fn.cls is not None:
-                    self._methods.setdefault((file.path, fn.cls), {})[fn.name] = fid
-                    self._methods_by_name.setdefault(fn.name, []).append(fid)
-                elif "." not in fn.qualname and fn.qualname != MODULE_SCOPE:
-                    top[fn.name] = fid
-            for cls in file.classes:
-                if "." not in cls.qualname:
-                    init = self._methods.get((file.path, cls.qualname), {}).get("__init__")
-                    top.setdefault(cls.qualname, init or f"class:{file.path}::{cls.qualname}")
-        self._subclasses: dict[tuple[str, str], list[tuple[str, str]]] = {}
-        for (path, qualname), bases in self._classes.items():
-            for base in bases:
-                for resolved in self._resolve_class(self._file(path), base):
-                    self._subclasses.setdefault(resolved, []).append((path, qualname))
-        for file in self.files:
-            for held in file.attr_functions:
-                local = f"{file.path}::{held.function}"
-                found = [local] if local in self.functions else self._resolve_dotted(held.function)
-                for fid in found:
-                    self._attr_functions.setdefault(held.attr, []).append(fid)
-
-    def _file(self, path: str) -> FileFacts:
-        return self.functions[f"{path}::{MODULE_SCOPE}"].file
-
-    def _modules(self, dotted_module: str) -> list[FileFacts]:
-        return self._by_module.get(dotted_module, [])
-
-    def _absolute(self, file: FileFacts, target: str) -> str:
-        """An import target made absolute: `..utils.x` from `pkg/sub/mod.py` is `pkg.utils.x`."""
-        if not target.startswith("."):
-            return target
-        level = len(target) - len(target.lstrip("."))
-        package = self._module_of[file.path].split(".")
-        if not file.is_package:
-            package = package[:-1]
-        package = package[: max(0, len(package) - (level - 1))]
-        rest = target[level:]
-        return ".".join(package + ([rest] if rest else []))
-
-    def _import(self, file: FileFacts, name: str) -> str | None:
-        target = file.imports.get(name)
-        return None if target is None else self._absolute(file, target)
-
-    # --- resolution --------------------------------------------------------------------------------------------
-    def _resolve_dotted(self, target: str) -> list[str]:
-        """`pkg.mod.func` / `pkg.mod.Class.method` / `pkg.mod.Class` -> function ids (memoized; cycles give [])."""
-        memo = self._dotted_memo
-        if target in memo:
-            return memo[target]
-        memo[target] = []
-        parts = target.split(".")
-        if len(parts) > 12:  # import chains that grow instead of cycling
-            return []
-        found: list[str] = []
-        for cut in range(len(parts) - 1, 0, -1):
-            files = self._modules(".".join(parts[:cut]))
-            if files:  # the deepest module that exists decides, as in Python's attribute lookup
-                for file in files:
-                    found = self._lookup_in_file(file, parts[cut:])
-                    if found:
-                        break
-                break
-        memo[target] = found
-        return found
-
-    def _lookup_in_file(self, file: FileFacts, rest: list[str]) -> list[str]:
-        head = rest[0]
-        top = self._top_level.get(file.path, {})
-        if len(rest) == 1 and head in top:
-            return [top[head]] if not top[head].startswith("class:") else []
-        if len(rest) == 2 and (file.path, head) in self._classes:
-            return self._methods_in_family((file.path, head), rest[1])
-        imported = self._import(file, head)
-        if imported is not None:
-            return self._resolve_dotted(".".join([imported] + rest[1:]))
-        for star in file.star_imports if len(rest) <= 2 else ():
-            found = self._resolve_dotted(".".join([self._absolute(file, star)] + rest))
-            if found:
-                return found
-        return []
-
-    def _resolve_name_in_file(self, file: FileFacts, name: str, scope: str) -> list[str]:
-        """A (possibly dotted) name as seen from `scope` in `file`."""
-        head, _, tail = name.partition(".")
-        if not tail:
-            parts = [] if scope == MODULE_SCOPE else scope.split(".")
-            while parts:
-                fid = f"{file.path}::{'.'.join(parts + [head])}"
-                if fid in self.functions:
-                    return [fid]
-                parts.pop()
-            top = self._top_level.get(file.path, {})
-            if head in top:
-                return [top[head]] if not top[head].startswith("class:") else []
-        if (file.path, head) in self._classes and tail and "." not in tail:
-            return self._methods_in_family((file.path, head), tail)
-        imported = self._import(file, head)
-        if imported is not None:
-            return self._resolve_dotted(imported + (f".{tail}" if tail else ""))
-        if not tail:
-            for star in file.star_imports:
-                found = self._resolve_dotted(f"{self._absolute(file, star)}.{head}")
-                if found:
-                    return found
-        return []
-
-    def _resolve_class(self, file: FileFacts, text: str) -> list[tuple[str, str]]:
-        if (file.path, text) in self._classes:
-            return [(file.path, text)]
-        head, _, tail = text.partition(".")
-        target = self._import(file, head)
-        if target is None:
-            return []
-        target += f".{tail}" if tail else ""
-        module, _, name = target.rpartition(".")
-        return [(f.path, name) for f in self._modules(module) if (f.path, name) in self._classes]
-
-    def _family(self, cls: tuple[str, str]) -> list[tuple[str, str]]:
-        """The class, its known bases (upwards) and its known subclasses (downwards)."""
-        if cls in self._family_memo:
-            return self._family_memo[cls]
-        seen, order = {cls}, [cls]
-        up = deque([cls])
-        while up:
-            current = up.popleft()
-            for base in self._classes.get(current, ()):
-                for resolved in self._resolve_class(self._file(current[0]), base):
-                    if resolved not in seen:
-                        seen.add(resolved)
-                        order.append(resolved)
-                        up.append(resolved)
-        down = deque([cls])
-        while down:
-            for sub in self._subclasses.get(down.popleft(), ()):
-                if sub not in seen:
-                    seen.add(sub)
-                    order.append(sub)
-                    down.append(sub)
-        self._family_memo[cls] = order
-        return order
-
-    def family_root(self, path: str, cls: str | None) -> str:
-        """A name shared by a class and all its known bases: the topmost known base."""
-        if cls is None:
-            return ""
-        if (path, cls) in self._root_memo:
-            return self._root_memo[(path, cls)]
-        self._root_memo[(path, cls)] = root = self._family_root((path, cls))
-        return root
-
-    def _family_root(self, current: tuple[str, str]) -> str:
-        seen = {current}
-        while True:
-            bases = [r for b in self._classes.get(current, ()) for r in self._resolve_class(self._file(current[0]), b)]
-            bases = [b for b in bases if b not in seen]
-            if not bases:
-                return f"{current[0]}::{current[1]}"
-            current = bases[0]
-            seen.add(current)
-
-    def _methods_in_family(self, cls: tuple[str, str], name: str) -> list[str]:
-        return [m[name] for c in self._family(cls) if name in (m := self._methods.get(c, {}))]
-
-    def resolve(self, function: Function, call: Call) -> list[tuple[str, bool]]:
-        """Function ids a call may run, each with whether the resolution is exact."""
-        callee = call.callee
-        file = function.file
-        parts = callee.split(".")
-        if "?" in parts[0]:
-            return self._by_name(file, parts[-1])
-        if parts[0] in ("self", "cls") and len(parts) == 2 and function.owner:
-            found = self._methods_in_family((file.path, function.owner), parts[1])
-            if found:
-                return [(fid, True) for fid in found]
-            return self._by_name(file, parts[1])
-        if parts[0] == "super()" and len(parts) == 2 and function.owner:
-            bases = self._family((file.path, function.owner))[1:]
-            return [(m[parts[1]], True) for c in bases if parts[1] in (m := self._methods.get(c, {}))]
-        if all(p.isidentifier() for p in parts):
-            found = self._resolve_name_in_file(file, callee, function.facts.qualname)
-            if found:
-                return [(fid, True) for fid in found]
-            if len(parts) == 1 or parts[0] in file.imports:
-                return []  # a builtin or a library function outside the scanned tree
-        return self._by_name(file, parts[-1]) if len(parts) > 1 else []
-
-    def _by_name(self, file: FileFacts, name: str) -> list[tuple[str, bool]]:
-        if not name.isidentifier() or name in NEVER_BY_NAME:
-            return []
-        found = list(dict.fromkeys(self._attr_functions.get(name, ())))
-        methods = self._methods_by_name.get(name, ())
-        if len(methods) <= FUZZY_METHOD_LIMIT:
-            found += [m for m in methods if m not in found]
-        visible = self._visible_components(file)
-        return [(fid, False) for fid in found if self.component(self.functions[fid].file) in visible]
-
-    def component(self, file: FileFacts) -> str:
-        """What a file belongs to: its top-level package, or the file itself for a script outside any package.
-        Code of one component only reaches another's by name through an import."""
-        module = self._module_of[file.path]
-        return module.split(".", 1)[0] if file.is_package or "." in module else f"{module}@{file.path}"
-
-    def _visible_components(self, file: FileFacts) -> set[str]:
-        if file.path in self._visible_memo:
-            return self._visible_memo[file.path]
-        self._visible_memo[file.path] = visible = {self.component(file)}
-        for target in file.imports.values():
-            head = self._absolute(file, target).split(".", 1)[0]
-            visible.update(self.component(f) for f in self._modules(head))
-        return visible
-
-    def _build_edges(self) -> None:
-        for function in self.functions.values():
-            for index, call in enumerate(function.facts.calls):
-                edges = []
-                for callee, exact in self.resolve(function, call):
-                    if callee in self.functions:
-                        edges.append(Edge(function.id, call, callee, exact))
-                for ref in call.func_args:
-                    for callee in self._resolve_name_in_file(function.file, ref, function.facts.qualname):
-                        if callee in self.functions:
-                            edges.append(Edge(function.id, call, callee, False))
-                self._edges_by_call[(function.id, index, call.line)] = edges
-                for edge in edges:
-                    self.graph.add_edge(edge.caller, edge.callee, line=call.line, exact=edge.exact)
-
-    # --- queries -----------------------------------------------------------------------------------------------
-    def calls_of(self, fid: str) -> Iterator[tuple[Call, list[Edge]]]:
-        function = self.functions[fid]
-        for index, call in enumerate(function.facts.calls):
-            yield call, self._edges_by_call[(fid, index, call.line)]
+    def memo(self, key: str, build: Callable[[], Any]) -> Any:
+        """A value derived from the whole program, built once (rules share indexes through this)."""
+        if key not in self._memo:
+            self._memo[key] = build()
+        return self._memo[key]
 
     def stream_id(self, function: Function, stream: Region | str) -> str:
         """A stream's identity: its text (a local alias replaced by what it was bound to), qualified by the class
@@ -431,32 +141,3 @@ class Program:
 
 # Syncs that order later work after earlier work (record and record_stream alone do not).
 ORDERING_SYNCS = frozenset({"wait_stream", "wait_event", "synchronize", "host_sync"})
-
-
-def _enclosing_class(qualname: str, class_names: set[str]) -> str | None:
-    parts = qualname.split(".")[:-1]
-    while parts:
-        candidate = ".".join(parts)
-        if candidate in class_names:
-            return candidate
-        parts.pop()
-    return None
-
-
-def _true_module_names(files: list[FileFacts]) -> dict[str, str]:
-    """Path -> dotted module name as Python would import it: from the topmost enclosing package directory (one
-    holding an `__init__.py` among the scanned files) down; a file outside any package is a top-level module."""
-    def parts_of(path: str) -> list[str]:
-        return [p for p in path.replace("\\", "/").split("/") if p not in ("", ".")]
-
-    package_dirs = {"/".join(parts_of(f.path)[:-1]) for f in files if f.is_package}
-    names = {}
-    for file in files:
-        parts = parts_of(file.path)
-        stem = parts[-1].rsplit(".", 1)[0] if parts else ""
-        dirs = parts[:-1]
-        start = len(dirs)
-        while start > 0 and "/".join(dirs[:start]) in package_dirs:
-            start -= 1
-        names[file.path] = ".".join(dirs[start:] + ([] if stem == "__init__" else [stem]))
-    return names

@@ -7,6 +7,7 @@ from typing import Iterable, Iterator
 
 from streamcheck.findings import ROLE_CALL, ROLE_READ, ROLE_STREAM_CONTEXT, ROLE_WRITE, Finding
 
+from .aliasing import access_keys, accesses_by_key
 from .facts import NO_REGION, Access, Region
 from .program import CURRENT_STREAM, Edge, Function, Program
 from .rule import Rule, location
@@ -184,7 +185,7 @@ class Prefetcher:
     ]
 
     def check(self, program: Program) -> Iterable[Finding]:
-        writes = _index_writes(program)
+        writes = accesses_by_key(program, "write")
         yield from self._side_stream_reads(program, writes)
         yield from self._current_stream_reads(program, writes)
 
@@ -197,7 +198,7 @@ class Prefetcher:
                 reader_stream = program.stream_id(region_fn, region)
                 by_write: dict[tuple[str, Access], list[_Read]] = {}
                 for read in _reads_under_region(program, region_fn, index, region):
-                    for key in _keys(program, read.function, read.access):
+                    for key in access_keys(program, read.function, read.access):
                         for writer, write in writes.get(key, ()):
                             if self._unordered_side(program, writer, write, read, region_fn, region, reader_stream):
                                 reads = by_write.setdefault((writer.id, write), [])
@@ -230,8 +231,8 @@ class Prefetcher:
             region = writer.facts.regions[write.region]
             writer_stream = program.stream_id(writer, region)
             reads: list[_Read] = []
-            for key in _keys(program, writer, write):
-                for reader, access in _reads_by_key(program).get(key, ()):
+            for key in access_keys(program, writer, write):
+                for reader, access in accesses_by_key(program, "read").get(key, ()):
                     if access.region != NO_REGION or reader.id not in program.runs_on_current_stream:
                         continue
                     same_body = reader.id == writer.id
@@ -249,42 +250,6 @@ class Prefetcher:
 
 
 # --- helpers ------------------------------------------------------------------------------------------------------
-def _keys(program: Program, function: Function, access: Access) -> set[tuple]:
-    """Identities under which two accesses may touch the same tensor (see the rule's docstring)."""
-    parts = access.path.split(".")
-    if len(parts) == 1:
-        return {("local", function.id, access.path)}
-    keys: set[tuple] = set()
-    if parts[-1] not in program.options.all_generic_attributes:
-        keys.add(("attr", program.component(function.file), parts[-1]))
-    if parts[0] in ("self", "cls"):
-        keys.add(("self", program.family_root(function.file.path, function.owner), ".".join(parts[1:])))
-    else:
-        keys.add(("local", function.id, access.path))
-    return keys
-
-
-def _index_writes(program: Program) -> dict[tuple, list[tuple[Function, Access]]]:
-    writes: dict[tuple, list[tuple[Function, Access]]] = {}
-    for function, access in program.accesses():
-        if access.kind == "write":
-            for key in _keys(program, function, access):
-                writes.setdefault(key, []).append((function, access))
-    return writes
-
-
-def _reads_by_key(program: Program) -> dict[tuple, list[tuple[Function, Access]]]:
-    cached = getattr(program, "_sc101_reads_by_key", None)
-    if cached is None:
-        cached = {}
-        for function, access in program.accesses():
-            if access.kind == "read":
-                for key in _keys(program, function, access):
-                    cached.setdefault(key, []).append((function, access))
-        program._sc101_reads_by_key = cached
-    return cached
-
-
 def _waits_before_region(program: Program, function: Function, region: Region) -> bool:
     """`s.wait_stream(...)` / `s.wait_event(...)` on the region's own stream before the `with`, in the function or
     in a function it calls exactly before it. Waits in branches count here: code that picks the stream and waits
@@ -300,6 +265,11 @@ def _waits_before_region(program: Program, function: Function, region: Region) -
 
     if waits_on_stream(function, region.line):
         return True
+    if region.stream in function.facts.params and region.stream not in function.facts.stream_aliases:
+        # A stream handed in by the caller: which one it is, and where it was made to wait, is decided on another
+        # call path (FSDP waits on its pre-unshard stream in the root's pre-forward). A wait on a stream of the
+        # same name anywhere in the program is taken as that ordering.
+        return _stream_name_waited_anywhere(program, region.stream)
     return any(
         call.line < region.line and edge.exact and waits_on_stream(program.functions[edge.callee], None)
         for call, edges in program.calls_of(function.id) for edge in edges
@@ -309,6 +279,13 @@ def _waits_before_region(program: Program, function: Function, region: Region) -
 def _runs_whenever(block: tuple[int, int], line: int) -> bool:
     """Whether something in conditional `block` runs on every path through `line` (the block holds the line)."""
     return block == (0, 0) or block[0] <= line <= block[1]
+
+
+def _stream_name_waited_anywhere(program: Program, name: str) -> bool:
+    return any(
+        sync.kind in ("wait_stream", "wait_event") and sync.receiver == name
+        for function in program.functions.values() for sync in function.facts.syncs
+    )
 
 
 def _wait_before(program: Program, function: Function, region_index: int, line: int) -> bool:

@@ -228,3 +228,24 @@ def test_stream_picked_into_a_local_is_tied_to_its_attribute():
     unordered = source.replace("                self.average(params[0])\n", "")
     assert _summary(findings_of({"m.py": unordered})) == [
         ("SC101", "RAW", "m.py", line_of(unordered, "grad_accum_buffer.add_"))]
+
+
+def test_a_stream_handed_in_by_the_caller_counts_as_ordered_where_the_program_waits_on_it():
+    source = """
+        import torch
+
+        def writeback(handle, shard):
+            handle.local_shard_buffer.copy_(shard)
+
+        def wait_for_compute(compute, pre_unshard_stream):
+            {wait}
+
+        def unshard(handle, pre_unshard_stream):
+            with torch.cuda.stream(pre_unshard_stream):
+                return handle.local_shard_buffer.to(torch.float16)
+    """
+    waited = source.replace("{wait}", "pre_unshard_stream.wait_stream(compute)")
+    assert findings_of({"m.py": waited}) == []
+    never_waited = source.replace("{wait}", "pass")
+    assert _summary(findings_of({"m.py": never_waited})) == [
+        ("SC101", "RAW", "m.py", line_of(never_waited, "local_shard_buffer.copy_"))]

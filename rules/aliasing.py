@@ -1,0 +1,44 @@
+"""Which accesses may touch the same tensor, judged from their access paths alone (no values are tracked).
+
+Two accesses share a key when they
+- name the same attribute path of `self` within one class family (`self.buf` in a class and its subclasses),
+- name the same local path in the same function (`x`, `p.grad` with the same local `p`), or
+- end in the same attribute name that is specific enough to identify a tensor (`param.ds_secondary_tensor` and
+  `p.ds_secondary_tensor`) within one program. Generic names (`.data`, `.grad`, `.weight`, see
+  StaticOptions.generic_attributes) never match by name alone: on DeepSpeed 0.13.4, name-only pairing gives 127
+  candidates, 123 of them on such names.
+"""
+
+from __future__ import annotations
+
+from .facts import Access
+from .program import Function, Program
+
+AccessIndex = dict[tuple, list[tuple[Function, Access]]]
+
+
+def access_keys(program: Program, function: Function, access: Access) -> set[tuple]:
+    parts = access.path.split(".")
+    if len(parts) == 1:
+        return {("local", function.id, access.path)}
+    keys: set[tuple] = set()
+    if parts[-1] not in program.options.all_generic_attributes:
+        keys.add(("attr", program.component(function.file), parts[-1]))
+    if parts[0] in ("self", "cls"):
+        keys.add(("self", program.family_root(function.file.path, function.owner), ".".join(parts[1:])))
+    else:
+        keys.add(("local", function.id, access.path))
+    return keys
+
+
+def accesses_by_key(program: Program, kind: str) -> AccessIndex:
+    """All accesses of one kind ("read" / "write") under each of their keys (built once per program)."""
+    def build() -> AccessIndex:
+        index: AccessIndex = {}
+        for function, access in program.accesses():
+            if access.kind == kind:
+                for key in access_keys(program, function, access):
+                    index.setdefault(key, []).append((function, access))
+        return index
+
+    return program.memo(f"aliasing.{kind}", build)

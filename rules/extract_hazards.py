@@ -1,0 +1,408 @@
+"""Hazard facts for SC102-SC105, gathered during extract.py's one pass over a file.
+
+extract.py's visitor hands every node to `HazardCollector.see` before it visits it (parents before children), with
+its current function, stream region and conditional block already set. The collector records, per function:
+- `Use`: each mention of a name or attribute path, by what it does (read, host read, write, free, rebind, escape,
+  record_stream, wait); a parent that already accounted for a child (the receiver of `x.copy_`, the path in
+  `x.shape`, an assignment target) marks it so the child is not counted again;
+- `Placement`: `path = <expr>` when the expression says where the tensor lives or that it is freshly allocated;
+- `AsyncCopy`: `non_blocking=True` copies; `AsyncWork`: collectives called with `async_op=True`, with the name or
+  list their handle goes to; `branches`: if/else pairs.
+At the end of the file, uses of names no hazard can involve are dropped, so the cached facts stay small.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import TYPE_CHECKING
+
+from .facts import NO_REGION, AsyncCopy, AsyncWork, FileFacts, FunctionFacts, Placement, Use
+from .options import matches_name
+
+if TYPE_CHECKING:
+    from .extract import _FactsVisitor
+
+# Functions that only look at a tensor's metadata or identity.
+METADATA_FUNCTIONS = frozenset({
+    "isinstance", "issubclass", "len", "id", "type", "hasattr", "getattr", "setattr", "delattr", "callable", "hash",
+    "is_tensor", "is_storage", "numel",
+})
+# Container methods that store their argument: the tensor escapes into the container.
+STORING_METHODS = frozenset({"append", "extend", "insert", "add", "appendleft", "put", "put_nowait", "setdefault"})
+# Calls that fill their argument from a file or another buffer on the host (loaders, NVMe readers).
+FILLER_NAMES = frozenset({"readinto", "read_into", "copyto", "async_pread", "sync_pread", "pread", "read_tensor"})
+# Reads on the host whatever the tensor is (on a CUDA tensor they also block the host: a sync).
+HOST_METHODS = frozenset({"numpy", "tolist", "item"})
+STORAGE_METHODS = frozenset({"storage", "untyped_storage", "_typed_storage"})
+
+FACTORIES = frozenset({
+    "empty", "zeros", "ones", "full", "rand", "randn", "randint", "arange", "linspace", "tensor", "empty_strided",
+    "zeros_like", "ones_like", "empty_like", "full_like", "rand_like", "randn_like", "cat", "stack",
+})
+NEW_METHODS = frozenset({"new_empty", "new_zeros", "new_ones", "new_full", "new_tensor"})
+# Tensor methods whose result is new memory on the receiver's device.
+FRESH_METHODS = frozenset({
+    "clone", "float", "half", "double", "bfloat16", "int", "long", "bool", "sum", "mean", "norm", "abs", "sqrt",
+    "mul", "add", "sub", "div", "pow", "exp", "softmax", "matmul", "mm", "bmm", "neg",
+})
+# Keyword arguments of collectives that are no tensors.
+NON_TENSOR_KEYWORDS = frozenset({"group", "async_op", "op", "src", "dst", "tag", "group_src", "group_dst"})
+
+
+def is_true(node: ast.AST | None) -> bool:
+    return isinstance(node, ast.Constant) and node.value is True
+
+
+def device_kind(expr: ast.AST | None) -> str:
+    """"host", "device" or "" for a device expression (`"cpu"`, `torch.device("cuda", i)`, `current_device_name()`)."""
+    if expr is None:
+        return ""
+    text = ast.unparse(expr).lower()
+    if "cpu" in text:
+        return "host"
+    if any(word in text for word in ("cuda", "device_name", "current_device", "get_accelerator")):
+        return "device"
+    return ""
+
+
+class HazardCollector:
+    def __init__(self, visitor: "_FactsVisitor") -> None:
+        from .extract import METADATA_ATTRS, METADATA_METHODS, NOT_DATA_WRITES, VIEW_METHODS, access_path, dotted
+
+        self.v = visitor
+        self.access_path = access_path
+        self.dotted = dotted
+        self.view_methods = VIEW_METHODS
+        self.metadata_attrs = METADATA_ATTRS
+        self.metadata_methods = METADATA_METHODS - {"record_stream"}
+        self.not_data_writes = NOT_DATA_WRITES
+        self.skip: set[int] = set()  # ids of nodes a parent has already accounted for
+        self.bound_to: dict[int, str] = {}  # id(value expression) -> the path its result is bound or appended to
+        self.loop_vars: dict[int, dict[str, str]] = {}  # id(function facts) -> loop variable -> iterated path
+        self.handlers = {
+            ast.Call: self._call, ast.Assign: self._assign, ast.AnnAssign: self._assign,
+            ast.AugAssign: self._aug_assign, ast.Delete: self._delete, ast.Return: self._escape,
+            ast.Yield: self._escape, ast.YieldFrom: self._escape, ast.For: self._loop, ast.AsyncFor: self._loop,
+            ast.comprehension: self._loop, ast.If: self._if, ast.Name: self._name, ast.Attribute: self._attribute,
+        }
+
+    def see(self, node: ast.AST) -> None:
+        handler = self.handlers.get(type(node))
+        if handler is not None and id(node) not in self.skip:
+            handler(node)
+
+    # --- recording ----------------------------------------------------------------------------------------------
+    @property
+    def fn(self) -> FunctionFacts:
+        return self.v.fn
+
+    def _use(self, path: str, how: str, node: ast.AST, arg: str = "", at_end: bool = False) -> None:
+        if at_end:  # a binding or free takes effect after its statement's expressions ran
+            line, column = node.end_lineno or node.lineno, (node.end_col_offset or 0) + 1
+        else:
+            line, column = node.lineno, node.col_offset + 1
+        self.fn.uses.append(Use(path, how, line, column, self.v.region, self.v.blocks[-1], arg))
+
+    def _mark(self, expr: ast.AST) -> str | None:
+        """The access path of `expr`, with the nodes that spell it marked as accounted for."""
+        path = self.access_path(expr)
+        node = expr
+        while True:
+            self.skip.add(id(node))
+            if isinstance(node, (ast.Attribute, ast.Subscript, ast.Starred)):
+                node = node.value
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                self.skip.add(id(node.func))
+                node = node.func.value
+            else:
+                break
+        return path
+
+    def _is_module(self, expr: ast.AST) -> bool:
+        root = expr
+        while isinstance(root, (ast.Attribute, ast.Call, ast.Subscript)):
+            root = root.func if isinstance(root, ast.Call) else root.value
+        return isinstance(root, ast.Name) and root.id in self.v.facts.imports
+
+    def _arguments(self, node: ast.Call, how: str) -> None:
+        for expr in list(node.args) + [k.value for k in node.keywords if k.arg not in ("out", "non_blocking")]:
+            for elt in _elements(expr):
+                if isinstance(elt, (ast.Name, ast.Attribute, ast.Subscript, ast.Starred, ast.Call)):
+                    if isinstance(elt, ast.Call) and not _is_view_call(elt, self.view_methods):
+                        continue  # its own call: seen separately
+                    if self._is_module(elt):
+                        continue
+                    path = self._mark(elt)
+                    if path:
+                        self._use(path, how, elt)
+        for kw in node.keywords:
+            if kw.arg == "out":
+                for elt in _elements(kw.value):
+                    path = self._mark(elt)
+                    if path:
+                        self._use(path, "write", elt, "out=")
+
+    # --- calls --------------------------------------------------------------------------------------------------
+    def _call(self, node: ast.Call) -> None:
+        keywords = {k.arg: k.value for k in node.keywords if k.arg}
+        func = node.func
+        callee = self.dotted(func)
+        last = callee.rsplit(".", 1)[-1]
+        if is_true(keywords.get("async_op")) and self._is_collective(node, callee):
+            self._async_work(node, last, keywords)
+            return
+        if isinstance(func, ast.Attribute) and not self._is_module(func.value):
+            self.skip.add(id(func))
+            self._method_call(node, func.attr, func.value, keywords)
+            return
+        if isinstance(func, ast.Attribute):
+            self._mark(func)
+        if last in METADATA_FUNCTIONS:
+            for arg in node.args:
+                self._mark(arg)
+            return
+        self._arguments(node, "write" if last in FILLER_NAMES else "read")
+
+    def _is_collective(self, node: ast.Call, callee: str) -> bool:
+        names = self.v.collectives
+        if matches_name(callee, names):
+            return True
+        # `instrument_w_nvtx(dist.allgather_fn)(...)`: a wrapped collective
+        inner = node.func
+        return isinstance(inner, ast.Call) and any(
+            isinstance(a, (ast.Name, ast.Attribute)) and matches_name(self.dotted(a), names) for a in inner.args)
+
+    def _async_work(self, node: ast.Call, op: str, keywords: dict) -> None:
+        if isinstance(node.func, ast.Attribute):
+            self._mark(node.func)
+        tensors: list[str] = []
+        exprs = list(node.args) + [v for k, v in keywords.items() if k not in NON_TENSOR_KEYWORDS]
+        for expr in exprs:
+            for elt in _elements(expr):
+                if isinstance(elt, ast.Constant) or self._is_module(elt):
+                    continue
+                if isinstance(elt, ast.Call) and not _is_view_call(elt, self.view_methods):
+                    continue
+                path = self._mark(elt)
+                if path and path not in tensors:
+                    tensors.append(path)
+        self.fn.async_works.append(AsyncWork(
+            op, self.bound_to.get(id(node), ""), tuple(tensors), node.lineno, node.col_offset + 1,
+            node.end_lineno or node.lineno, self.v.blocks[-1]))
+
+    def _method_call(self, node: ast.Call, method: str, receiver: ast.AST, keywords: dict) -> None:
+        non_blocking = is_true(keywords.get("non_blocking"))
+        if method == "resize_" and isinstance(receiver, ast.Call) and isinstance(receiver.func, ast.Attribute) \
+                and receiver.func.attr in STORAGE_METHODS:
+            self.skip.update((id(receiver), id(receiver.func)))
+            path = self._mark(receiver.func.value)
+            if path:
+                self._use(path, "free", node, f"{receiver.func.attr}().resize_", at_end=True)
+            return
+        if method in self.metadata_methods or method in self.view_methods or method == "synchronize":
+            self._mark(receiver)
+            return
+        path = self._mark(receiver)
+        if method == "record_stream":
+            if path:
+                self._use(path, "record_stream", node, ast.unparse(node.args[0]) if node.args else "")
+            return
+        if method == "wait":
+            if path:
+                self._use(path, "wait", node)
+                iterated = self.loop_vars.get(id(self.fn), {}).get(path)
+                if iterated:
+                    self._use(iterated, "wait", node)
+            return
+        if method in STORING_METHODS:
+            for arg in node.args:
+                if isinstance(arg, ast.Call) and path:
+                    self.bound_to[id(arg)] = path  # `handles.append(dist.all_reduce(..., async_op=True))`
+            self._arguments(node, "escape")
+            return
+        if method in ("copy_", "to", "cpu", "cuda") and non_blocking:
+            self._async_copy(node, method, path, keywords)
+            return
+        if method in HOST_METHODS:
+            how = "host"
+        elif method == "resize_":
+            how = "free"
+        elif method.endswith("_") and not method.startswith("_") and method not in self.not_data_writes:
+            how = "write"
+        else:
+            how = "read"
+        if path:
+            self._use(path, how, node, method, at_end=how == "free")
+        self._arguments(node, "write" if method in FILLER_NAMES else "read")
+
+    def _async_copy(self, node: ast.Call, method: str, path: str | None, keywords: dict) -> None:
+        if method == "copy_":
+            source = node.args[0] if node.args else keywords.get("src")
+            src = self._mark(source) if source is not None else None
+            dst, target = path or "", ""
+            if path:
+                self._use(path, "write", node, "copy_")
+            if src:
+                self._use(src, "stream", source)
+        else:
+            src, dst = path, self.bound_to.get(id(node), "")
+            target_expr = node.args[0] if node.args else keywords.get("device")
+            target = ast.unparse(target_expr) if target_expr is not None else method
+            if path:
+                self._use(path, "stream", node, method)
+        if src or dst:
+            self.fn.async_copies.append(AsyncCopy(
+                method, dst, src or "", target, node.lineno, node.col_offset + 1, node.end_lineno or node.lineno,
+                self.v.region, self.v.blocks[-1]))
+
+    # --- bindings -----------------------------------------------------------------------------------------------
+    def _assign(self, node: ast.Assign | ast.AnnAssign) -> None:
+        value = node.value
+        if value is None:
+            return
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        single = self.access_path(targets[0]) if len(targets) == 1 and not isinstance(
+            targets[0], ast.Subscript) else None
+        if single and not (isinstance(targets[0], ast.Attribute) and targets[0].attr == "data"):
+            for expr in _bound_values(value):
+                self.bound_to[id(expr)] = single
+            where, fresh = self._placement(value)
+            if where or fresh:
+                self.fn.placements.append(Placement(single, where, node.lineno, fresh, self.v.region))
+        if isinstance(value, (ast.Name, ast.Attribute, ast.Subscript)) or _is_view_call(value, self.view_methods):
+            aliased = self._mark(value)  # `y = x`, `self.buf = x`, `y = x.view(-1)`: tracked no further
+            if aliased:
+                self._use(aliased, "escape", value)
+        for target in targets:
+            for elt in _elements(target):
+                self._store(elt, node)
+
+    def _store(self, target: ast.AST, statement: ast.AST) -> None:
+        if isinstance(target, ast.Subscript):
+            path = self._mark(target)
+            if path:
+                self._use(path, "write", target, "[]=")
+        elif isinstance(target, ast.Attribute) and target.attr == "data":
+            path = self._mark(target.value)
+            if path:
+                self._use(path, "free", statement, ".data=", at_end=True)
+        elif isinstance(target, (ast.Name, ast.Attribute)):
+            path = self._mark(target)
+            if path:
+                self._use(path, "rebind", statement, at_end=True)
+
+    def _aug_assign(self, node: ast.AugAssign) -> None:
+        path = self._mark(node.target)
+        if path:
+            self._use(path, "write", node.target, type(node.op).__name__)
+
+    def _delete(self, node: ast.Delete) -> None:
+        for target in node.targets:
+            if isinstance(target, ast.Subscript):
+                self._mark(target)
+                continue
+            path = self._mark(target)
+            if path:
+                self._use(path, "free", target, "del", at_end=True)
+
+    def _escape(self, node: ast.Return | ast.Yield | ast.YieldFrom) -> None:
+        if node.value is None:
+            return
+        for elt in _elements(node.value):
+            if isinstance(elt, (ast.Name, ast.Attribute, ast.Subscript)):
+                path = self._mark(elt)
+                if path:
+                    self._use(path, "escape", elt)
+
+    def _loop(self, node: ast.For | ast.AsyncFor | ast.comprehension) -> None:
+        if isinstance(node.target, ast.Name):
+            iterated = self.access_path(node.iter)
+            if iterated:
+                self.loop_vars.setdefault(id(self.fn), {})[node.target.id] = iterated
+
+    def _if(self, node: ast.If) -> None:
+        if node.orelse:
+            self.fn.branches.append((node.body[0].lineno, node.body[-1].end_lineno or node.body[-1].lineno,
+                                     node.orelse[0].lineno, node.orelse[-1].end_lineno or node.orelse[-1].lineno))
+
+    def _name(self, node: ast.Name) -> None:
+        if isinstance(node.ctx, ast.Load) and node.id not in ("self", "cls"):
+            self._use(node.id, "read", node)
+
+    def _attribute(self, node: ast.Attribute) -> None:
+        if not isinstance(node.ctx, ast.Load):
+            return
+        if node.attr in self.metadata_attrs:
+            self._mark(node.value)
+            return
+        path = self._mark(node)
+        if path:
+            self._use(path, "read", node)
+
+    # --- where a tensor lives -----------------------------------------------------------------------------------
+    def _placement(self, value: ast.AST) -> tuple[str, bool]:
+        if isinstance(value, ast.IfExp):
+            (w1, f1), (w2, f2) = self._placement(value.body), self._placement(value.orelse)
+            return (w1 if w1 == w2 else ""), f1 and f2
+        if isinstance(value, ast.BinOp):
+            return "", True
+        if not isinstance(value, ast.Call):
+            return "", False
+        keywords = {k.arg: k.value for k in value.keywords if k.arg}
+        last = self.dotted(value.func).rsplit(".", 1)[-1]
+        if last == "pin_memory" or is_true(keywords.get("pin_memory")):
+            return "pinned", True
+        if last in FACTORIES and (not isinstance(value.func, ast.Attribute) or self._is_module(value.func)):
+            if "device" in keywords:
+                return device_kind(keywords["device"]), True
+            return ("" if last.endswith("_like") or last in ("cat", "stack") else "host"), True
+        if not isinstance(value.func, ast.Attribute):
+            return "", False
+        if last == "cpu":
+            return "host", True
+        if last == "cuda":
+            return "device", True
+        if last == "to":
+            target = value.args[0] if value.args else keywords.get("device")
+            return device_kind(target), True
+        if last in NEW_METHODS:
+            return device_kind(keywords.get("device")), True
+        return "", last in FRESH_METHODS
+
+    # --- end of file ----------------------------------------------------------------------------------------------
+    def finish(self, facts: FileFacts) -> None:
+        """Keep only the uses and placements a hazard rule can look at, and the source lines they point to."""
+        for fn in facts.functions:
+            interesting = {p for c in fn.async_copies for p in (c.dst, c.src) if p}
+            interesting.update(p for w in fn.async_works for p in w.tensors + (w.handle,) if p)
+            interesting.update(u.path for u in fn.uses if u.region != NO_REGION)
+            fn.uses = [u for u in fn.uses if u.path in interesting]
+            fn.placements = [p for p in fn.placements if p.path in interesting or p.path.startswith("self.")]
+            for line in [u.line for u in fn.uses] + [c.line for c in fn.async_copies] + [
+                    w.line for w in fn.async_works] + [fn.end_line]:
+                self.v._keep_line(line)
+
+
+def _is_view_call(node: ast.AST, view_methods: frozenset[str]) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in view_methods
+
+
+def _bound_values(value: ast.AST) -> list[ast.AST]:
+    """The expressions whose result ends up in an assignment's target (through conditionals and list builders)."""
+    if isinstance(value, ast.IfExp):
+        return _bound_values(value.body) + _bound_values(value.orelse)
+    if isinstance(value, (ast.ListComp, ast.GeneratorExp, ast.SetComp)):
+        return _bound_values(value.elt)
+    if isinstance(value, (ast.List, ast.Tuple)):
+        return [v for elt in value.elts for v in _bound_values(elt)]
+    return [value]
+
+
+def _elements(node: ast.AST) -> list[ast.AST]:
+    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+        return [e for elt in node.elts for e in _elements(elt)]
+    if isinstance(node, (ast.ListComp, ast.GeneratorExp, ast.SetComp)):
+        return _elements(node.elt)
+    if isinstance(node, ast.IfExp):
+        return _elements(node.body) + _elements(node.orelse)
+    return [node]
