@@ -90,9 +90,9 @@ def run(args: argparse.Namespace) -> int:
 
     from streamcheck import scanning
 
-    backend = scanning.default_backend(config)
     progress = None if args.no_progress else _Progress.maybe(sys.stderr)
     try:
+        backend = scanning.default_backend(config)
         result = scanning.scan(
             args.paths,
             config,
@@ -120,13 +120,16 @@ def run(args: argparse.Namespace) -> int:
     for reason in result.skipped:
         print(f"streamcheck: skipped {reason}", file=sys.stderr)
 
-    if args.write_baseline:
-        count = write_baseline(args.write_baseline, result.findings)
-        print(f"streamcheck: wrote {count} finding{'s' if count != 1 else ''} to {args.write_baseline}",
-              file=sys.stderr)
-        return EXIT_CLEAN
-
-    _write(args, result, backend)
+    try:
+        if args.write_baseline:
+            count = write_baseline(args.write_baseline, result.findings)
+            print(f"streamcheck: wrote {count} finding{'s' if count != 1 else ''} to {args.write_baseline}",
+                  file=sys.stderr)
+            return EXIT_CLEAN
+        _write(args, result, backend)
+    except OSError as exc:
+        print(f"streamcheck scan: cannot write {exc.filename or 'the report'}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_ERROR
     if result.findings and not args.exit_zero:
         return EXIT_FINDINGS
     return EXIT_CLEAN

@@ -178,3 +178,13 @@ def test_unknown_format_is_a_usage_error(capsys):
 def test_write_report_rejects_unknown_format():
     with pytest.raises(ValueError, match="unknown format 'xml'"):
         write_report("xml", [], io.StringIO(), ReportContext())
+
+
+def test_unwritable_output_or_baseline_exits_2(tmp_path, monkeypatch, capsys, fake_backend):
+    monkeypatch.chdir(tmp_path)
+    write_tree(tmp_path, {"m.py": "x = 1\n"})
+    code, out, err = scan_cli(capsys, "--no-cache", "-o", "missing/dir/report.txt", ".")
+    assert (code, out) == (2, "")
+    assert err == "streamcheck scan: cannot write missing/dir/report.txt: No such file or directory\n"
+    code, out, err = scan_cli(capsys, "--no-cache", "--write-baseline", "missing/b.json", ".")
+    assert (code, err) == (2, "streamcheck scan: cannot write missing/b.json: No such file or directory\n")
