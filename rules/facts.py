@@ -17,7 +17,7 @@ default of empty, so older caches still load.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from .options import StaticOptions
@@ -176,7 +176,11 @@ class FunctionFacts:
     }
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            data[f.name] = [_row(item) for item in value] if f.name in self._parts else value
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "FunctionFacts":
@@ -223,8 +227,8 @@ class FileFacts:
 
     def to_dict(self) -> dict[str, Any]:
         data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("functions", "lines")}
-        data["classes"] = [asdict(c) for c in self.classes]
-        data["attr_functions"] = [asdict(a) for a in self.attr_functions]
+        data["classes"] = [_row(c) for c in self.classes]
+        data["attr_functions"] = [_row(a) for a in self.attr_functions]
         data["functions"] = [fn.to_dict() for fn in self.functions]
         data["lines"] = {str(k): v for k, v in self.lines.items()}
         return data
@@ -245,10 +249,28 @@ class FileFacts:
         )
 
 
-def _build(kind: type, data: dict[str, Any]):
-    known = {f.name for f in fields(kind)}
-    values = {k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items() if k in known}
-    return kind(**values)
+def _row(item) -> list:
+    """A fact as a list of its field values, in field order: half the size of a dict in the facts cache."""
+    return [getattr(item, name) for name in _field_names(type(item))]
+
+
+def _build(kind: type, row: list | dict):
+    """The inverse of `_row`; rows from older caches may lack trailing fields, which then take their defaults
+    (and may be dicts by field name)."""
+    if isinstance(row, dict):
+        names = _field_names(kind)
+        return kind(**{k: tuple(v) if isinstance(v, list) else v for k, v in row.items() if k in names})
+    return kind(*(tuple(v) if isinstance(v, list) else v for v in row))
+
+
+def _field_names(kind: type) -> tuple[str, ...]:
+    names = _FIELD_NAMES.get(kind)
+    if names is None:
+        names = _FIELD_NAMES[kind] = tuple(f.name for f in fields(kind))
+    return names
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
 
 
 def module_name(path: str) -> tuple[str, bool]:

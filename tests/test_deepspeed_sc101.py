@@ -5,11 +5,13 @@ The source distributions come from the package index (cached under .cache/sdists
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from streamcheck.findings import ROLE_READ, ROLE_STREAM_CONTEXT
 from streamcheck.rules.engine import analyze
-from streamcheck.rules.facts import extract_facts
+from streamcheck.rules.facts import FileFacts, extract_facts
 from streamcheck.rules.options import StaticOptions
 
 pytestmark = pytest.mark.network
@@ -35,7 +37,10 @@ def _scan(root):
     facts = []
     for path in sorted((root / "deepspeed").rglob("*.py")):
         facts.append(extract_facts(path.read_text(encoding="utf-8"), path.relative_to(root).as_posix(), options))
-    return analyze(facts, options, {"SC101"})
+    # Through JSON, as the facts cache stores them: what comes back must be what went in.
+    cached = [FileFacts.from_dict(json.loads(json.dumps(f.to_dict()))) for f in facts]
+    assert cached == facts
+    return analyze(cached, options, {"SC101"})
 
 
 @pytest.fixture(scope="module")
