@@ -8,8 +8,9 @@ coding cookie names), a binary file, a file too large to be hand-written source.
 
 from __future__ import annotations
 
-import hashlib
 import codecs
+import errno
+import hashlib
 import os
 import re
 import stat
@@ -137,8 +138,6 @@ def decode(data: bytes) -> Source | Unreadable:
             line,
             column,
         )
-    if text.startswith("\ufeff"):
-        text = text[1:]
     return Source(text=text, digest=hashlib.blake2b(data, digest_size=20).hexdigest())
 
 
@@ -174,8 +173,6 @@ def _position(data: bytes, offset: int) -> tuple[int, int]:
 
 
 def _os_error_text(exc: OSError) -> str:
-    import errno
-
     if exc.errno == errno.ELOOP:
         return "cannot read: symlink loop (too many levels of symbolic links)"
     if exc.errno == errno.ENOENT:

@@ -56,11 +56,14 @@ def test_non_utf8_bytes(tree, capsys):
     assert _only(doc)[0]["message"].startswith("not valid UTF-8: byte 0xe9 at line 2, column 6")
 
 
-def test_declared_encoding_is_honoured(tree, capsys):
-    write_tree(tree, {"latin.py": b"# -*- coding: latin-1 -*-\ns = '\xe9t\xe9'\n"})
+def test_declared_encoding_and_bom_are_honoured(tree, capsys):
+    write_tree(tree, {"latin.py": b"# -*- coding: latin-1 -*-\ns = '\xe9t\xe9'\n",
+                      "bom.py": b"\xef\xbb\xbfdef f(x, y):\n    x.copy_(y)\n",
+                      "bogus.py": b"# coding: no-such-codec\nx = 1\n"})
     code, doc, _ = scan_json(capsys, "--no-cache", ".")
-    assert positions(doc) == [("SC101", "z_good.py", 2, 5)]
-    assert doc["summary"]["files"] == 2
+    assert positions(doc) == [("SC001", "bogus.py", 1, 1), ("SC101", "bom.py", 2, 5), ("SC101", "z_good.py", 2, 5)]
+    assert doc["findings"][0]["message"] == "unknown encoding 'no-such-codec' in the coding declaration"
+    assert doc["summary"]["files"] == 4
 
 
 def test_unreadable_file(tree, capsys, monkeypatch):
@@ -88,13 +91,19 @@ def test_symlink_loops(tree, capsys):
     os.symlink("loop_a.py", tree / "loop_b.py")
     os.makedirs(tree / "pkg")
     os.symlink("..", tree / "pkg" / "up")  # a folder loop: never followed
+    os.symlink("nowhere.py", tree / "pkg" / "dangling.py")
     write_tree(tree, {"pkg/m.py": GOOD})
     code, doc, err = scan_json(capsys, "--no-cache", ".")
     assert positions(doc) == [
-        ("SC001", "loop_a.py", 1, 1), ("SC001", "loop_b.py", 1, 1),
+        ("SC001", "loop_a.py", 1, 1), ("SC001", "loop_b.py", 1, 1), ("SC001", "pkg/dangling.py", 1, 1),
         ("SC101", "pkg/m.py", 2, 5), ("SC101", "z_good.py", 2, 5),
     ]
-    assert {f["message"] for f in _only(doc)} == {"cannot read: symlink loop (too many levels of symbolic links)"}
+    assert [f["message"] for f in _only(doc)] == [
+        "cannot read: symlink loop (too many levels of symbolic links)",
+        "cannot read: symlink loop (too many levels of symbolic links)",
+        "cannot read: broken symlink or file vanished during the scan",
+    ]
+    assert "Traceback" not in err
 
 
 def test_binary_file_named_py(tree, capsys):
