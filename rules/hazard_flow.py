@@ -1,0 +1,147 @@
+"""Program order inside one function, shared by SC102-SC105: where a tensor lives, what a path does after a
+line, and whether the host or a stream was ordered in between.
+
+The hazard rules are intra-procedural: a non_blocking copy, an async collective or a side-stream use is matched
+with what the same function does to the same name or `self.` path afterwards, in source order. A branch that
+cannot run after another (`if` body vs. its `else`) is skipped, and an ordering only counts when it runs on every
+path to the later use (it is not inside a conditional block that the use is outside of). Calls in between count
+as an ordering when an exactly resolved callee blocks the host (for SC102/SC103) or waits (for SC104).
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+from weakref import WeakKeyDictionary
+
+from .facts import AsyncCopy, FunctionFacts, Placement, Use
+from .program import Function, Program
+
+HOST_BLOCKING_SYNCS = frozenset({"synchronize", "host_sync"})
+STREAM_ORDERING_SYNCS = frozenset({"wait_stream", "wait_event", "synchronize", "host_sync"})
+
+# Words in a path's last name that say where the tensor lives, when no assignment says it.
+HOST_WORDS = ("cpu", "pinned", "pin_", "host")
+DEVICE_WORDS = ("gpu", "cuda", "device")
+
+_class_placements: "WeakKeyDictionary[Program, dict]" = WeakKeyDictionary()
+_blocking_memo: "WeakKeyDictionary[Program, dict]" = WeakKeyDictionary()
+
+
+def covers(block: tuple[int, int], line: int) -> bool:
+    """Whether code in `block` runs whenever code at `line` does (same or enclosing block, or unconditional)."""
+    return block == (0, 0) or block[0] <= line <= block[1]
+
+
+def exclusive(facts: FunctionFacts, first: int, second: int) -> bool:
+    """Whether lines `first` and `second` are in the two arms of one if/else."""
+    for body_start, body_end, else_start, else_end in facts.branches:
+        if body_start <= first <= body_end and else_start <= second <= else_end:
+            return True
+        if else_start <= first <= else_end and body_start <= second <= body_end:
+            return True
+    return False
+
+
+def uses_after(facts: FunctionFacts, path: str, line: int, end_line: int | None = None) -> Iterator[Use]:
+    """Uses of `path` after the statement spanning `line`..`end_line`, in source order, minus the other arm of an
+    if/else holding `line`."""
+    last = end_line or line
+    for use in sorted((u for u in facts.uses if u.path == path), key=lambda u: (u.line, u.column)):
+        if use.line > last and not exclusive(facts, line, use.line):
+            yield use
+
+
+def where(program: Program, function: Function, path: str, line: int) -> str:
+    """"host" (pinned or pageable), "device" or "" for the tensor `path` holds at `line`."""
+    bound = [p for p in function.facts.placements if p.path == path and p.line <= line]
+    if bound:
+        return _kind(max(bound, key=lambda p: p.line))
+    if path.startswith("self.") and function.owner:
+        found = {_kind(p) for p in _placements_of_class(program, function).get(path, ())} - {""}
+        if len(found) == 1:
+            return found.pop()
+    name = path.rsplit(".", 1)[-1].lower()
+    if any(word in name for word in HOST_WORDS):
+        return "host"
+    if any(word in name for word in DEVICE_WORDS):
+        return "device"
+    return ""
+
+
+def _kind(placement: Placement) -> str:
+    return "host" if placement.where in ("host", "pinned") else placement.where
+
+
+def _placements_of_class(program: Program, function: Function) -> dict[str, list[Placement]]:
+    by_class = _class_placements.setdefault(program, {})
+    key = (function.file.path, function.owner)
+    if key not in by_class:
+        found: dict[str, list[Placement]] = {}
+        for other in program.functions.values():
+            if other.file is function.file and other.owner == function.owner:
+                for placement in other.facts.placements:
+                    found.setdefault(placement.path, []).append(placement)
+        by_class[key] = found
+    return by_class[key]
+
+
+def direction(program: Program, function: Function, copy: AsyncCopy) -> str:
+    """"d2h", "h2d" or "" (unknown, or a copy that stays on one side) for a non_blocking copy."""
+    if copy.op == "cpu":
+        return "d2h"
+    src = where(program, function, copy.src, copy.line) if copy.src else ""
+    if copy.op == "copy_":
+        dst = where(program, function, copy.dst, copy.line)
+        if dst == "host" and src != "host":
+            return "d2h"
+        if src == "host" and dst != "host":
+            return "h2d"
+        return ""
+    if copy.op == "to":
+        target = copy.target.lower()
+        if "cpu" in target:
+            return "d2h" if src != "host" else ""
+        return "h2d" if src == "host" else ""
+    return "h2d" if src == "host" else ""  # `.cuda(non_blocking=True)`
+
+
+def host_blocked_between(program: Program, function: Function, start: int, end: int, skip: set[str]) -> bool:
+    """Whether the host waits for the device somewhere after line `start` and before `end` on every path to `end`:
+    a stream, event or device `synchronize()`, a blocking `.item()` / `.cpu()` / `.tolist()` on a tensor other than
+    those in `skip` (which live on the host), or a call whose exactly resolved callee does one of these."""
+    for sync in function.facts.syncs:
+        if sync.kind in HOST_BLOCKING_SYNCS and start < sync.line < end and covers(sync.block, end):
+            if sync.kind == "host_sync" and sync.receiver.split(".")[0] in skip | {s.split(".")[0] for s in skip}:
+                continue
+            if sync.kind == "host_sync" and sync.receiver in skip:
+                continue
+            return True
+    return _calls_between(program, function, start, end, _blocks_host)
+
+
+def stream_ordered_between(program: Program, function: Function, start: int, end: int) -> bool:
+    """Whether a wait_stream / wait_event / synchronize / blocking host read lies between `start` and `end`."""
+    for sync in function.facts.syncs:
+        if sync.kind in STREAM_ORDERING_SYNCS and start < sync.line < end and covers(sync.block, end):
+            return True
+    return _calls_between(program, function, start, end, lambda p, fid: p.performs_wait(fid))
+
+
+def _calls_between(program: Program, function: Function, start: int, end: int, orders) -> bool:
+    for call, edges in program.calls_of(function.id):
+        if start < call.line < end and covers(call.block, end):
+            if any(edge.exact and orders(program, edge.callee) for edge in edges):
+                return True
+    return False
+
+
+def _blocks_host(program: Program, fid: str) -> bool:
+    memo = _blocking_memo.setdefault(program, {})
+    if fid in memo:
+        return memo[fid]
+    memo[fid] = False  # cycles: no until shown
+    function = program.functions[fid]
+    found = any(s.kind in HOST_BLOCKING_SYNCS for s in function.facts.syncs) or any(
+        edge.exact and _blocks_host(program, edge.callee) for _, edges in program.calls_of(fid) for edge in edges)
+    memo[fid] = found
+    return found

@@ -1,0 +1,201 @@
+"""SC104: a tensor used on a side stream is freed without record_stream or a wait on that stream."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from streamcheck.findings import ROLE_FREE, ROLE_READ, ROLE_STREAM_CONTEXT, Finding
+
+from .facts import Region, Use
+from .hazard_flow import stream_ordered_between, uses_after
+from .program import CURRENT_STREAM, Function, Program
+from .rule import Rule, location
+
+DATA_USES = frozenset({"read", "write", "host", "stream"})
+FREES = {"del": "`del`", ".data=": "`.data = ...`", "resize_": "`resize_`", "storage().resize_": "`storage().resize_`",
+         "untyped_storage().resize_": "`untyped_storage().resize_`"}
+
+
+class FreeAfterSideStreamUse(Rule):
+    """
+    What it does:
+        Finds a tensor that was allocated outside a `with torch.cuda.stream(side):` region (on the current
+        stream), used inside it, and then released by the same function after the region: `del x`, rebinding
+        the local that held the only reference, `x.data = ...`, `x.resize_(...)`, `x.storage().resize_(0)`, or the
+        end of the function for a local it allocated and never handed out. It is reported when the function
+        never calls `x.record_stream(...)` and no `wait_stream` / `wait_event` / synchronize lies between the
+        region and the release.
+
+    Why it is bad:
+        The caching allocator remembers only the stream a block was allocated on. Once the tensor is freed, the
+        block can be handed to the next allocation on that stream and overwritten while the side stream's kernel
+        is still reading (or writing) it: silent corruption that depends on timing.
+
+    Example:
+        t = torch.ones(n, device="cuda")
+        with torch.cuda.stream(side):
+            total = t.sum()
+        del t                          # the block may be reused while `sum` still reads it
+
+    Fix:
+        Call `t.record_stream(side)` after the use on the side stream (the allocator then waits for the side
+        stream's work before reusing the block), or make the current stream wait for the side stream
+        (`torch.cuda.current_stream().wait_stream(side)`) before the tensor is released.
+    """
+
+    id = "SC104"
+    summary = "tensor used on a side stream is freed without record_stream or a wait"
+
+    VALID = [
+        # record_stream before the free.
+        """
+import torch
+
+def run(side, n):
+    t = torch.ones(n, device="cuda")
+    with torch.cuda.stream(side):
+        total = t.sum()
+    t.record_stream(side)
+    del t
+    return total
+""",
+        # The current stream waits for the side stream before the free.
+        """
+import torch
+
+def run(side, n):
+    t = torch.ones(n, device="cuda")
+    with torch.cuda.stream(side):
+        total = t.sum()
+    torch.cuda.current_stream().wait_stream(side)
+    t = None
+    return total
+""",
+        # Allocated on the side stream itself.
+        """
+import torch
+
+def run(side, n):
+    with torch.cuda.stream(side):
+        t = torch.ones(n, device="cuda")
+        total = t.sum()
+    del t
+    return total
+""",
+        # A parameter: the caller still holds it, `del` frees nothing.
+        """
+import torch
+
+def run(side, t):
+    with torch.cuda.stream(side):
+        total = t.sum()
+    del t
+    return total
+""",
+        # Handed out: whoever keeps it decides when it is freed.
+        """
+import torch
+
+def run(side, n):
+    t = torch.ones(n, device="cuda")
+    with torch.cuda.stream(side):
+        total = t.sum()
+    return t, total
+""",
+    ]
+
+    INVALID = [
+        """
+import torch
+
+def run(side, n):
+    t = torch.ones(n, device="cuda")
+    with torch.cuda.stream(side):
+        total = t.sum()
+    del t  # expect: SC104
+    return total
+""",
+        # Freed by dropping the storage.
+        """
+import torch
+
+class Gatherer:
+    def gather(self, param):
+        with torch.cuda.stream(self.side_stream):
+            self.out.copy_(param.ds_tensor)
+        param.ds_tensor.storage().resize_(0)  # expect: SC104
+""",
+        # Freed at the end of the function.
+        """
+import torch
+
+def prefetch(side, x):
+    staged = x.float()
+    with torch.cuda.stream(side):
+        y = staged * 2
+    return y  # expect: SC104
+""",
+    ]
+
+    def check(self, program: Program) -> Iterable[Finding]:
+        for function in program.functions.values():
+            facts = function.facts
+            for index, region in enumerate(facts.regions):
+                if not facts.uses or program.stream_id(function, region) == CURRENT_STREAM:
+                    continue
+                inside: dict[str, Use] = {}
+                for use in sorted(facts.uses, key=lambda u: (u.line, u.column)):
+                    if use.region == index and use.how in DATA_USES and use.path not in inside:
+                        inside[use.path] = use
+                for path, first_use in inside.items():
+                    finding = self._release(program, function, index, region, path, first_use)
+                    if finding is not None:
+                        yield finding
+
+    def _release(self, program: Program, function: Function, index: int, region: Region, path: str,
+                 first_use: Use) -> Finding | None:
+        facts = function.facts
+        bound_inside = any(u.path == path and u.region == index and u.how == "rebind" for u in facts.uses)
+        if bound_inside or any(u.path == path and u.how == "record_stream" for u in facts.uses):
+            return None
+        local = "." not in path
+        fresh = [p for p in facts.placements if p.path == path and p.line < region.line]
+        allocated_here = local and bool(fresh) and max(fresh, key=lambda p: p.line).fresh
+        release: Use | None = None
+        for use in uses_after(facts, path, region.end_line):
+            if use.how == "escape":
+                return None
+            if use.how == "free" and (allocated_here or not local or use.arg != "del"):
+                release = use
+                break
+            if use.how == "rebind" and allocated_here:
+                release = use
+                break
+            if use.how in ("rebind", "free"):
+                return None
+        if release is None:
+            if not allocated_here or any(u.path == path and u.how == "escape" for u in facts.uses):
+                return None
+            line, column, how = facts.end_line, 1, "the end of the function"
+        else:
+            line, column = release.line, release.column
+            how = FREES.get(release.arg, "rebinding it")
+        if stream_ordered_between(program, function, region.end_line, line + (1 if release is None else 0)):
+            return None
+        stream = region.stream
+        return Finding(
+            rule=self.id,
+            message=(f"`{path}` is used on stream `{stream}` and released by {how} with no "
+                     f"`record_stream({stream})` and no wait for `{stream}`: the allocator may hand its memory "
+                     f"to new work while the side stream still uses it"),
+            primary=location(function, line, column, ROLE_FREE, f"release in {facts.qualname}"),
+            related=(
+                location(function, first_use.line, first_use.column, ROLE_READ, f"used on `{stream}`"),
+                location(function, region.line, region.column, ROLE_STREAM_CONTEXT, f"switches to `{stream}`"),
+            ),
+            fix=(f"Call `{path}.record_stream({stream})` after its use on the side stream, or "
+                 f"`torch.cuda.current_stream().wait_stream({stream})` before line {line}."),
+            kind="FREE",
+            symbol=facts.qualname,
+            extra={"path": path, "stream": stream},
+        )

@@ -1,0 +1,172 @@
+"""SC105: a tensor handed to an `async_op=True` collective is touched before the collective's handle is waited."""
+
+from __future__ import annotations
+
+from typing import Iterable
+from weakref import WeakKeyDictionary
+
+from streamcheck.findings import ROLE_CALL, ROLE_READ, ROLE_WRITE, Finding
+
+from .facts import AsyncWork
+from .hazard_flow import uses_after
+from .program import Function, Program
+from .rule import Rule, location
+
+TOUCHES = frozenset({"read", "write", "host", "stream"})
+_waiting_memo: "WeakKeyDictionary[Program, dict]" = WeakKeyDictionary()
+
+
+class UseBeforeAsyncCollectiveWait(Rule):
+    """
+    What it does:
+        Finds a collective called with `async_op=True` (`dist.all_reduce(t, async_op=True)`, `all_gather*`,
+        `reduce_scatter*`, `broadcast`, ..., also wrapped: `instrument(dist.allgather_fn)(..., async_op=True)`)
+        whose tensor the same function reads or writes before the returned handle is waited: `work.wait()`,
+        also for handles appended to a list and waited in a loop (`for h in handles: h.wait()`). A call in
+        between whose exactly resolved callee waits a handle counts as the wait. A dropped handle can never be
+        waited, so any later use counts.
+
+    Why it is bad:
+        An async collective runs on the communication library's stream; the calling stream does not wait for it
+        until `work.wait()`. A kernel launched before that reads the buffer while NCCL is still writing it
+        (half-reduced values), or writes it while NCCL is still sending it (peers receive the new values).
+
+    Example:
+        work = dist.all_reduce(grad, async_op=True)
+        grad.div_(world_size)         # races with the all-reduce
+        work.wait()
+
+    Fix:
+        Call `work.wait()` before the first use of the tensor (it makes the current stream wait for the
+        collective, without blocking the host), or move the use after the existing wait.
+    """
+
+    id = "SC105"
+    summary = "tensor of an async_op=True collective is used before work.wait()"
+
+    VALID = [
+        """
+import torch.distributed as dist
+
+def reduce(t):
+    work = dist.all_reduce(t, async_op=True)
+    work.wait()
+    return t.sum()
+""",
+        # Handles kept in a list and waited in a loop.
+        """
+import torch.distributed as dist
+
+def reduce_all(tensors):
+    handles = []
+    for t in tensors:
+        handles.append(dist.all_reduce(t, async_op=True))
+    for h in handles:
+        h.wait()
+    return [t * 2 for t in tensors]
+""",
+        # Touching only metadata, or another tensor, is fine; so is waiting in a helper.
+        """
+import torch.distributed as dist
+
+class Reducer:
+    def reduce(self, grad, other):
+        self.work = dist.all_reduce(grad, async_op=True)
+        n = grad.numel() * grad.shape[0]
+        other.mul_(2)
+        self.finish()
+        return grad.sum()
+
+    def finish(self):
+        self.work.wait()
+""",
+    ]
+
+    INVALID = [
+        """
+import torch.distributed as dist
+
+def reduce(t):
+    work = dist.all_reduce(t, async_op=True)
+    total = t.sum()  # expect: SC105
+    work.wait()
+    return total
+""",
+        """
+import torch.distributed as dist
+
+def reduce_all(tensors, world):
+    handles = []
+    for t in tensors:
+        handles.append(dist.all_reduce(t, async_op=True))
+        t.div_(world)  # expect: SC105
+    for h in handles:
+        h.wait()
+""",
+        """
+import torch.distributed as dist
+
+def gather(out, shard, group):
+    handle = dist.all_gather_into_tensor(out, shard, group=group, async_op=True)
+    shard.zero_()  # expect: SC105
+    if handle is not None:
+        handle.wait()
+""",
+    ]
+
+    def check(self, program: Program) -> Iterable[Finding]:
+        for function in program.functions.values():
+            for work in function.facts.async_works:
+                for tensor in work.tensors:
+                    finding = self._first_touch(program, function, work, tensor)
+                    if finding is not None:
+                        yield finding
+
+    def _first_touch(self, program: Program, function: Function, work: AsyncWork, tensor: str) -> Finding | None:
+        facts = function.facts
+        waits = [u.line for u in facts.uses if work.handle and u.path == work.handle and u.how == "wait"
+                 and u.line > work.end_line]
+        first_wait = min(waits, default=None)
+        for use in uses_after(facts, tensor, work.line, work.end_line):
+            if first_wait is not None and use.line >= first_wait:
+                return None
+            if use.how in ("rebind", "escape", "free"):
+                return None
+            if use.how not in TOUCHES:
+                continue
+            if _waited_by_call(program, function, work.end_line, use.line):
+                return None
+            handle = f"`{work.handle}`" if work.handle else "its handle (dropped)"
+            verb = "written" if use.how == "write" else "read"
+            return Finding(
+                rule=self.id,
+                message=(f"`{tensor}` is {verb} while the async `{work.op}` (line {work.line}) may still be using "
+                         f"it: {handle} is not waited before"),
+                primary=location(function, use.line, use.column, ROLE_WRITE if use.how == "write" else ROLE_READ,
+                                 f"{use.arg or 'use'} in {facts.qualname}"),
+                related=(location(function, work.line, work.column, ROLE_CALL,
+                                  f"{work.op}(..., async_op=True)"),),
+                fix=(f"Call `{work.handle or 'work'}.wait()` before line {use.line} (it orders the current stream "
+                     f"after the collective without blocking the host)."),
+                kind="WAR" if use.how == "write" else "RAW",
+                symbol=facts.qualname,
+                extra={"path": tensor, "handle": work.handle, "collective": work.op},
+            )
+        return None
+
+
+def _waited_by_call(program: Program, function: Function, start: int, end: int) -> bool:
+    for call, edges in program.calls_of(function.id):
+        if start < call.line < end and any(edge.exact and _waits_handle(program, edge.callee) for edge in edges):
+            return True
+    return False
+
+
+def _waits_handle(program: Program, fid: str) -> bool:
+    memo = _waiting_memo.setdefault(program, {})
+    if fid not in memo:
+        memo[fid] = False  # cycles
+        facts = program.functions[fid].facts
+        memo[fid] = any(u.how == "wait" for u in facts.uses) or any(
+            edge.exact and _waits_handle(program, edge.callee) for _, edges in program.calls_of(fid) for edge in edges)
+    return memo[fid]
