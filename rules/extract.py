@@ -137,16 +137,6 @@ class _FactsVisitor(ast.NodeVisitor):
     def _visit_with_hazards(self, node: ast.AST):
         self.hazards.see(node)
         return ast.NodeVisitor.visit(self, node)
-        self.hazards = None
-        if detailed:  # SC102-SC105 facts: every node is shown to the collector first (extract_hazards.py)
-            from .extract_hazards import HazardCollector
-
-            self.hazards = HazardCollector(self)
-            self.visit = self._visit_with_hazards
-
-    def _visit_with_hazards(self, node: ast.AST):
-        self.hazards.see(node)
-        return ast.NodeVisitor.visit(self, node)
 
     # --- driving -----------------------------------------------------------------------------------------------
     def run(self, tree: ast.Module) -> None:
@@ -156,8 +146,6 @@ class _FactsVisitor(ast.NodeVisitor):
         self.visit(tree)
         _drop_unwritten_locals(self.fn)
         self._resolve_attr_functions()
-        if self.hazards is not None:
-            self.hazards.finish(self.facts)
         if self.hazards is not None:
             self.hazards.finish(self.facts)
 
