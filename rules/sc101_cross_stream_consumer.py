@@ -303,18 +303,40 @@ def _wait_before(program: Program, function: Function, region_index: int, line: 
 
 
 def _ordered_after_write(program: Program, writer: Function, write: Access, before_line: int | None) -> bool:
-    """A writer-side ordering in the writing function that runs after the write whenever the write runs (and
-    before `before_line` if given)."""
-    def in_window(line: int, block: tuple[int, int]) -> bool:
-        return (line > write.line and (before_line is None or line < before_line)
-                and _runs_whenever(block, write.line))
+    """A writer-side ordering that runs after the write whenever the write runs: in the writing function (before
+    `before_line` if given), or, when the write is not followed by a read in its own body, after every call of
+    the writing function in its callers (one level up)."""
+    if _ordering_after(program, writer, write.line, before_line):
+        return True
+    if before_line is not None:
+        return False
+    call_sites = _call_sites(program).get(writer.id, [])
+    return bool(call_sites) and all(_ordering_after(program, caller, call.line, None) for caller, call in call_sites)
 
-    if any(in_window(s.line, s.block) and s.kind in WRITER_ORDERINGS for s in writer.facts.syncs):
+
+def _ordering_after(program: Program, function: Function, line: int, before_line: int | None) -> bool:
+    def in_window(at: int, block: tuple[int, int]) -> bool:
+        return at > line and (before_line is None or at < before_line) and _runs_whenever(block, line)
+
+    if any(in_window(s.line, s.block) and s.kind in WRITER_ORDERINGS for s in function.facts.syncs):
         return True
     return any(
         in_window(call.line, call.block) and any(e.exact and program.performs_wait(e.callee) for e in edges)
-        for call, edges in program.calls_of(writer.id)
+        for call, edges in program.calls_of(function.id)
     )
+
+
+def _call_sites(program: Program) -> dict[str, list[tuple[Function, object]]]:
+    """Function id -> (caller, call) of every resolved call of it."""
+    def build() -> dict[str, list[tuple[Function, object]]]:
+        sites: dict[str, list[tuple[Function, object]]] = {}
+        for caller in program.functions.values():
+            for call, edges in program.calls_of(caller.id):
+                for edge in edges:
+                    sites.setdefault(edge.callee, []).append((caller, call))
+        return sites
+
+    return program.memo("sc101.call_sites", build)
 
 
 def _reads_under_region(program: Program, region_fn: Function, index: int, region: Region) -> Iterator[_Read]:

@@ -249,3 +249,21 @@ def test_a_stream_handed_in_by_the_caller_counts_as_ordered_where_the_program_wa
     never_waited = source.replace("{wait}", "pass")
     assert _summary(findings_of({"m.py": never_waited})) == [
         ("SC101", "RAW", "m.py", line_of(never_waited, "local_shard_buffer.copy_"))]
+
+
+def test_a_synchronize_in_every_caller_after_the_writing_call():
+    sources = _hpz()
+    sources["pkg/release.py"] = """
+        import torch
+
+        def release_all(init, params, full):
+            for p in params:
+                init.partition_sec(p, full)
+            {after_call}
+    """
+    synced = dict(sources, **{"pkg/release.py": sources["pkg/release.py"].replace(
+        "{after_call}", "torch.cuda.current_stream().synchronize()")})
+    # The only call of partition_sec is a by-name one from release_all, which synchronizes after it.
+    assert findings_of(synced) == []
+    unsynced = dict(sources, **{"pkg/release.py": sources["pkg/release.py"].replace("{after_call}", "pass")})
+    assert len(findings_of(unsynced)) == 1
