@@ -31,8 +31,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # run from a checkout without installing
-sys.path.insert(0, str(REPO / "tests"))  # the sdist download/unpack helper the tests use
+sys.path.insert(0, str(REPO / "tests"))  # the sdist download/unpack helper the tests use (streamcheck: installed)
 
 from conftest import unpacked_sdist  # noqa: E402
 from streamcheck.config import ScanConfig  # noqa: E402
@@ -125,8 +124,8 @@ def measure(root: Path, args: argparse.Namespace) -> int:
     for name, seconds, doc, err in (("scan, cold (empty cache)", cold_s, cold_doc, cold_err),
                                     ("scan, warm (nothing changed)", warm_s, warm_doc, warm_err),
                                     ("scan, warm (one file changed)", edit_s, edit_doc, edit_err)):
-        note = err or f"{doc['summary']['files']} files, {doc['summary']['findings']} findings " \
-                      f"{doc['summary']['by_rule']}"
+        note = err or f"{doc['summary']['files']} files ({doc['summary']['parsed']} parsed), " \
+                      f"{doc['summary']['findings']} findings {doc['summary']['by_rule']}"
         show(name, seconds, note)
     print("ratios:")
     print(f"  cold / libcst parse (1 process)      {cold_s / cst_1:6.2f}x   (goal <= 1.5x)")

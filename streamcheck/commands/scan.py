@@ -159,6 +159,7 @@ def _write(args: argparse.Namespace, result, backend) -> None:
             files=result.files,
             suppressed=result.suppressed,
             baselined=result.baselined,
+            parsed=result.parsed,
             skipped=result.skipped,
             color=color,
         )

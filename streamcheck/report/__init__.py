@@ -34,6 +34,7 @@ class ReportContext:
     files: int = 0  # files scanned
     suppressed: int = 0
     baselined: int = 0
+    parsed: int = 0  # files whose Facts were extracted in this run (the rest came from the cache)
     skipped: list[str] = field(default_factory=list)  # "path: why" for files left out on purpose
     color: bool = False  # text only: ANSI colours (the command decides: a terminal, no NO_COLOR)
     scope: str = ""  # what was checked, when not files (runtime reports: "2 ranks"); the text summary says it

@@ -19,6 +19,7 @@ def write(findings: list[Finding], out: TextIO, context: ReportContext) -> None:
             "by_rule": count_by_rule(findings),
             "suppressed": context.suppressed,
             "baselined": context.baselined,
+            "parsed": context.parsed,
             "skipped": list(context.skipped),
         },
     }

@@ -166,6 +166,7 @@ def test_warm_cache_and_jobs_give_the_same_findings(project, capsys):
         ("SC101", "RAW", "pkg/part.py", WRITE_LINE, 9, "Init._partition_param_sec", [("pkg/part.py", 17)],
          "self.ag_stream")]
     assert warm["findings"] == cold["findings"] == serial["findings"]
+    assert (cold["summary"]["parsed"], warm["summary"]["parsed"], serial["summary"]["parsed"]) == (13, 0, 13)
     assert len(list((project / "c" / "facts").rglob("*.json"))) == 13
 
 

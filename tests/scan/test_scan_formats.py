@@ -75,7 +75,7 @@ def test_json_round_trips_findings():
     assert doc["findings"][0]["fingerprint"] == STATIC.fingerprint
     assert doc["findings"][1]["extra"] == {"streams": ["cuda:0/s1", "cuda:0/s2"], "tensor": "float32[1024]"}
     assert doc["summary"] == {"files": 2, "findings": 2, "by_rule": {"SC101": 1, "SC201": 1}, "suppressed": 0,
-                              "baselined": 0, "skipped": []}
+                              "baselined": 0, "parsed": 0, "skipped": []}
 
 
 def test_sarif_is_valid_against_the_official_schema():
