@@ -1,9 +1,9 @@
 """Call sites of recorded operations: captured cheaply on every op, turned into file/line/function only when reported.
 
 Capture walks up from the hook to the first frame whose file lies outside torch and streamcheck (the frame a user
-can act on). A site is that frame and its caller, interned by (code object id, line) pairs, so the hot path is a
-short frame walk, a tuple and a dict lookup; the first time a site is seen, a few more callers are kept for the
-report. The table keeps every code object it has seen alive, so an id never comes back for another function.
+can act on), then keys the site by that frame and a few callers as (code object id, line) pairs, so the hot path
+is a short frame walk, a tuple and a dict lookup; frames are turned into file/line/function only for reported
+sites. The table keeps every code object it has seen alive, so an id never comes back for another function.
 """
 
 from __future__ import annotations
@@ -52,8 +52,9 @@ class SiteTable:
     def capture(self, skip: int = 2) -> int:
         """The site id of the caller `skip` frames up, blamed on its first frame outside torch/streamcheck.
 
-        Sites are told apart by the blamed frame and its caller; the deeper chain shown in reports is taken the
-        first time such a pair is seen (later calls through the same pair from elsewhere share it).
+        Sites are told apart by the whole chain of `depth` frames from the blamed one up, so that the chain a
+        report shows is the one this access came through (wrappers such as DeepSpeed's comm layer are shared by
+        racy and harmless call paths alike).
         """
         try:
             frame = sys._getframe(skip)
@@ -69,14 +70,16 @@ class SiteTable:
             frame = frame.f_back
         if frame is None:
             return UNKNOWN_SITE
-        caller = frame.f_back
-        if caller is None:
-            key = (id(frame.f_code), frame.f_lineno)
-        else:
-            key = (id(frame.f_code), frame.f_lineno, id(caller.f_code), caller.f_lineno)
+        blamed = frame
+        key: tuple = ()
+        depth = self.depth
+        while frame is not None and depth:
+            key += (id(frame.f_code), frame.f_lineno)
+            frame = frame.f_back
+            depth -= 1
         site = self._ids.get(key)
         if site is None:
-            site = self._intern(key, frame)
+            site = self._intern(key, blamed)
         return site
 
     def _intern(self, key: tuple, frame) -> int:
