@@ -45,6 +45,8 @@ FRESH_METHODS = frozenset({
     "clone", "float", "half", "double", "bfloat16", "int", "long", "bool", "sum", "mean", "norm", "abs", "sqrt",
     "mul", "add", "sub", "div", "pow", "exp", "softmax", "matmul", "mm", "bmm", "neg",
 })
+# With `async_op=True`, a callee whose name holds one of these is a collective (`dist_reduce_scatter_func`).
+COLLECTIVE_WORDS = ("all_gather", "allgather", "all_reduce", "allreduce", "reduce_scatter", "broadcast", "all_to_all")
 # Keyword arguments of collectives that are no tensors.
 NON_TENSOR_KEYWORDS = frozenset({"group", "async_op", "op", "src", "dst", "tag", "group_src", "group_dst"})
 
@@ -106,12 +108,14 @@ class HazardCollector:
     def _mark(self, expr: ast.AST) -> str | None:
         """The access path of `expr`, with the nodes that spell it marked as accounted for."""
         path = self.access_path(expr)
+        if path is None:
+            return None  # not a plain path: its parts are seen (and counted) on their own
         node = expr
         while True:
             self.skip.add(id(node))
             if isinstance(node, (ast.Attribute, ast.Subscript, ast.Starred)):
                 node = node.value
-            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            elif _is_view_call(node, self.view_methods):
                 self.skip.add(id(node.func))
                 node = node.func.value
             else:
@@ -165,7 +169,7 @@ class HazardCollector:
 
     def _is_collective(self, node: ast.Call, callee: str) -> bool:
         names = self.v.collectives
-        if matches_name(callee, names):
+        if matches_name(callee, names) or any(word in callee.rsplit(".", 1)[-1].lower() for word in COLLECTIVE_WORDS):
             return True
         # `instrument_w_nvtx(dist.allgather_fn)(...)`: a wrapped collective
         inner = node.func
@@ -219,6 +223,10 @@ class HazardCollector:
                 if isinstance(arg, ast.Call) and path:
                     self.bound_to[id(arg)] = path  # `handles.append(dist.all_reduce(..., async_op=True))`
             self._arguments(node, "escape")
+            if path:  # where a stored handle or tensor went: `handles.append(work)`
+                for arg in node.args:
+                    if isinstance(arg, ast.Name):
+                        self._use(arg.id, "escape", arg, path)
             return
         if method in ("copy_", "to", "cpu", "cuda") and non_blocking:
             self._async_copy(node, method, path, keywords)
@@ -269,15 +277,21 @@ class HazardCollector:
             where, fresh = self._placement(value)
             if where or fresh:
                 self.fn.placements.append(Placement(single, where, node.lineno, fresh, self.v.region))
-        if isinstance(value, (ast.Name, ast.Attribute, ast.Subscript)) or _is_view_call(value, self.view_methods):
+        if _is_numpy_view(value):  # `a = h.numpy()` shares h's memory: the read is where `a` is used
+            self.skip.update((id(value), id(value.func)))
+            aliased = self._mark(value.func.value)
+            if aliased:
+                self._use(aliased, "escape", value)
+        elif isinstance(value, (ast.Name, ast.Attribute, ast.Subscript)) or _is_view_call(value, self.view_methods):
             aliased = self._mark(value)  # `y = x`, `self.buf = x`, `y = x.view(-1)`: tracked no further
             if aliased:
                 self._use(aliased, "escape", value)
+        dropped = isinstance(value, ast.Constant) and value.value is None
         for target in targets:
             for elt in _elements(target):
-                self._store(elt, node)
+                self._store(elt, node, "None" if dropped else "")
 
-    def _store(self, target: ast.AST, statement: ast.AST) -> None:
+    def _store(self, target: ast.AST, statement: ast.AST, value: str = "") -> None:
         if isinstance(target, ast.Subscript):
             path = self._mark(target)
             if path:
@@ -289,7 +303,7 @@ class HazardCollector:
         elif isinstance(target, (ast.Name, ast.Attribute)):
             path = self._mark(target)
             if path:
-                self._use(path, "rebind", statement, at_end=True)
+                self._use(path, "rebind", statement, value, at_end=True)
 
     def _aug_assign(self, node: ast.AugAssign) -> None:
         path = self._mark(node.target)
@@ -344,8 +358,6 @@ class HazardCollector:
         if isinstance(value, ast.IfExp):
             (w1, f1), (w2, f2) = self._placement(value.body), self._placement(value.orelse)
             return (w1 if w1 == w2 else ""), f1 and f2
-        if isinstance(value, ast.BinOp):
-            return "", True
         if not isinstance(value, ast.Call):
             return "", False
         keywords = {k.arg: k.value for k in value.keywords if k.arg}
@@ -385,6 +397,10 @@ class HazardCollector:
 
 def _is_view_call(node: ast.AST, view_methods: frozenset[str]) -> bool:
     return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in view_methods
+
+
+def _is_numpy_view(node: ast.AST) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "numpy"
 
 
 def _bound_values(value: ast.AST) -> list[ast.AST]:

@@ -91,7 +91,8 @@ class Use:
 
     how: "read" (device op or host op, depending on where the tensor lives), "host" (`.numpy()`, `.tolist()`,
     `.item()`), "write" (in-place method, `out=`, `x[...] = v`, `x += v`, filled by a reader), "stream" (the
-    source of a non_blocking copy: ordered on the stream, not on the host), "rebind" (`x = ...`), "free" (`del x`,
+    source of a non_blocking copy: ordered on the stream, not on the host), "rebind" (`x = ...`; arg "None" for
+    `x = None`), "free" (`del x`,
     `x.data = ...`, `x.resize_(...)`, `x.storage().resize_(0)`), "escape" (returned or stored elsewhere),
     "record_stream" (arg: the stream), "wait" (`x.wait()`, also through `for h in x`).
     """

@@ -86,6 +86,15 @@ def stage(batch):
     out = batch.cpu(non_blocking=True)
     return out
 """,
+        # `a = h.numpy()` only makes a view: the data is read where `a` is used (after the caller's wait).
+        """
+import torch
+
+def to_numpy(t):
+    cpu = t.to(torch.device("cpu"), non_blocking=True)
+    cpu = cpu.numpy()
+    return cpu
+""",
         # The read is in the other arm of an if/else.
         """
 import torch

@@ -7,7 +7,7 @@ from typing import Iterable
 from streamcheck.findings import ROLE_FREE, ROLE_READ, ROLE_STREAM_CONTEXT, Finding
 
 from .facts import Region, Use
-from .hazard_flow import stream_ordered_between, uses_after
+from .hazard_flow import host_blocked_between, stream_ordered_between, uses_after
 from .program import CURRENT_STREAM, Function, Program
 from .rule import Rule, location
 
@@ -20,11 +20,13 @@ class FreeAfterSideStreamUse(Rule):
     """
     What it does:
         Finds a tensor that was allocated outside a `with torch.cuda.stream(side):` region (on the current
-        stream), used inside it, and then released by the same function after the region: `del x`, rebinding
-        the local that held the only reference, `x.data = ...`, `x.resize_(...)`, `x.storage().resize_(0)`, or the
-        end of the function for a local it allocated and never handed out. It is reported when the function
+        stream), used inside it, and then released by the same function (inside the region after the use, or
+        after it): `del x`, rebinding the local that held the only reference or the attribute that held it
+        (`param.grad = None`), `x.data = ...`, `x.resize_(...)`, `x.storage().resize_(0)`, or the end of the
+        function for a local it allocated and never handed out. It is reported when the function
         never calls `x.record_stream(...)` and no `wait_stream` / `wait_event` / synchronize lies between the
-        region and the release.
+        region and the release. A `self.` attribute that some method of the class assigns inside a region of the
+        same stream is taken as allocated on that stream (its release there is ordered).
 
     Why it is bad:
         The caching allocator remembers only the stream a block was allocated on. Once the tensor is freed, the
@@ -102,9 +104,34 @@ def run(side, n):
         total = t.sum()
     return t, total
 """,
+        # Allocated on the same side stream by another method of the class.
+        """
+import torch
+
+class Overlap:
+    def start(self, x):
+        with torch.cuda.stream(self.stream):
+            self.cached = self.fc1(x)
+
+    def finish(self):
+        with torch.cuda.stream(self.stream):
+            out = self.fc2(self.cached)
+            self.cached = None
+        return out
+""",
     ]
 
     INVALID = [
+        # Dropping the last reference inside the region, right after the side stream read it.
+        """
+import torch
+
+class Offload:
+    def copy_grad(self, param, fp32_grad):
+        with torch.cuda.stream(self.copy_stream):
+            fp32_grad.copy_(param.grad.view(-1).float(), non_blocking=True)
+            param.grad = None  # expect: SC104
+""",
         """
 import torch
 
@@ -155,21 +182,24 @@ def prefetch(side, x):
     def _release(self, program: Program, function: Function, index: int, region: Region, path: str,
                  first_use: Use) -> Finding | None:
         facts = function.facts
-        bound_inside = any(u.path == path and u.region == index and u.how == "rebind" for u in facts.uses)
+        bound_inside = any(  # allocated on the side stream itself
+            u.path == path and u.region == index and u.how == "rebind" and u.line < first_use.line for u in facts.uses)
         if bound_inside or any(u.path == path and u.how == "record_stream" for u in facts.uses):
+            return None
+        if path.startswith("self.") and _bound_on_stream(program, function, path, program.stream_id(function, region)):
             return None
         local = "." not in path
         fresh = [p for p in facts.placements if p.path == path and p.line < region.line]
         allocated_here = local and bool(fresh) and max(fresh, key=lambda p: p.line).fresh
         release: Use | None = None
-        for use in uses_after(facts, path, region.end_line):
+        for use in uses_after(facts, path, first_use.line):
             if use.how == "escape":
                 return None
             if use.how == "free" and (allocated_here or not local or use.arg != "del"):
                 release = use
                 break
-            if use.how == "rebind" and allocated_here:
-                release = use
+            if use.how == "rebind" and (allocated_here or (not local and use.arg == "None")):
+                release = use  # `t = ...` dropping the local's only reference, `param.grad = None`
                 break
             if use.how in ("rebind", "free"):
                 return None
@@ -180,7 +210,10 @@ def prefetch(side, x):
         else:
             line, column = release.line, release.column
             how = FREES.get(release.arg, "rebinding it")
-        if stream_ordered_between(program, function, region.end_line, line + (1 if release is None else 0)):
+        if line <= region.end_line:  # released inside the region: only blocking the host orders it
+            if host_blocked_between(program, function, first_use.line, line, set()):
+                return None
+        elif stream_ordered_between(program, function, region.end_line, line + (1 if release is None else 0)):
             return None
         stream = region.stream
         return Finding(
@@ -199,3 +232,16 @@ def prefetch(side, x):
             symbol=facts.qualname,
             extra={"path": path, "stream": stream},
         )
+
+
+def _bound_on_stream(program: Program, function: Function, path: str, stream: str) -> bool:
+    """Whether some method of the class assigns `path` a new tensor inside a region of `stream`: then it is
+    allocated on that stream and its release there is ordered by the stream itself."""
+    for other in program.functions.values():
+        if other.file is not function.file or other.owner != function.owner:
+            continue
+        for use in other.facts.uses:
+            if use.path == path and use.how == "rebind" and use.arg != "None" and use.region >= 0 \
+                    and program.stream_id(other, other.facts.regions[use.region]) == stream:
+                return True
+    return False

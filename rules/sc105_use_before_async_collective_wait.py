@@ -65,6 +65,21 @@ def reduce_all(tensors):
         h.wait()
     return [t * 2 for t in tensors]
 """,
+        # A handle appended to a list, waited through the list; a second collective on the same tensor is
+        # ordered with the first on the communication stream.
+        """
+import torch.distributed as dist
+
+def gather(out, scale_out, shard, scale, group, rs):
+    pending = []
+    work = dist.all_gather_into_tensor(scale_out, scale, group=group, async_op=True)
+    pending.append(work)
+    rs_handle = dist_reduce_scatter_func(out, scale_out, group=group, async_op=True)
+    for w in pending:
+        w.wait()
+    rs_handle.wait()
+    return scale_out.sum()
+""",
         # Touching only metadata, or another tensor, is fine; so is waiting in a helper.
         """
 import torch.distributed as dist
@@ -124,7 +139,9 @@ def gather(out, shard, group):
 
     def _first_touch(self, program: Program, function: Function, work: AsyncWork, tensor: str) -> Finding | None:
         facts = function.facts
-        waits = [u.line for u in facts.uses if work.handle and u.path == work.handle and u.how == "wait"
+        # The handle and the lists it was appended to (`handles.append(work)`; waited as `for h in handles`).
+        handles = {work.handle} | {u.arg for u in facts.uses if u.path == work.handle and u.how == "escape"}
+        waits = [u.line for u in facts.uses if work.handle and u.path in handles and u.how == "wait"
                  and u.line > work.end_line]
         first_wait = min(waits, default=None)
         for use in uses_after(facts, tensor, work.line, work.end_line):
