@@ -311,7 +311,23 @@ def _ordered_after_write(program: Program, writer: Function, write: Access, befo
     if before_line is not None:
         return False
     call_sites = _call_sites(program).get(writer.id, [])
-    return bool(call_sites) and all(_ordering_after(program, caller, call.line, None) for caller, call in call_sites)
+    return bool(call_sites) and all(_ordered_next(program, caller, call) for caller, call in call_sites)
+
+
+def _ordered_next(program: Program, caller: Function, site) -> bool:
+    """Whether the next thing `caller` does after the call `site` that could touch tensors (a resolved call or an
+    ordering) is an ordering that runs whenever the call does. Anything in between might be the read."""
+    after_line = lambda item: (item.line, item.column) > (site.line, site.column)  # noqa: E731
+    orderings = [s for s in caller.facts.syncs if s.kind in WRITER_ORDERINGS and after_line(s)]
+    calls = [(c, edges) for c, edges in program.calls_of(caller.id) if edges and after_line(c)]
+    first_sync = min(orderings, key=lambda s: (s.line, s.column), default=None)
+    if first_sync is None or not _runs_whenever(first_sync.block, site.line):
+        return False
+    for call, edges in calls:
+        if (call.line, call.column) < (first_sync.line, first_sync.column) and not any(
+                e.exact and program.performs_wait(e.callee) for e in edges):
+            return False
+    return True
 
 
 def _ordering_after(program: Program, function: Function, line: int, before_line: int | None) -> bool:
