@@ -267,3 +267,17 @@ def test_a_synchronize_in_every_caller_after_the_writing_call():
     assert findings_of(synced) == []
     unsynced = dict(sources, **{"pkg/release.py": sources["pkg/release.py"].replace("{after_call}", "pass")})
     assert len(findings_of(unsynced)) == 1
+
+
+def test_a_synchronize_in_the_caller_after_the_consumer_ran_does_not_count():
+    sources = _hpz()
+    sources["pkg/step.py"] = """
+        import torch
+
+        def step(init, coordinator, params, full):
+            init.partition_sec(params[0], full)
+            coordinator.fetch(params)
+            torch.cuda.synchronize()
+    """
+    assert _summary(findings_of(sources)) == [
+        ("SC101", "RAW", "pkg/store.py", line_of(sources["pkg/store.py"], ".copy_(full"))]
