@@ -84,7 +84,7 @@ def dotted(node: ast.AST) -> str:
 def access_path(node: ast.AST) -> str | None:
     """The tensor an expression denotes, as an access path, or None when it is not a plain path.
 
-    Views (`x.narrow(...)`, `x[i]`), `.data` and `.to(...)` lead back to their base; metadata (`x.shape`) is not a
+    Views (`x.narrow(...)`, `x[i]`) and `.data` lead back to their base; metadata (`x.shape`) is not a
     path; subscripts of containers (`self.bufs[i]`) stand for the container's elements.
     """
     if isinstance(node, ast.Name):

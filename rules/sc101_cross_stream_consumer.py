@@ -225,11 +225,13 @@ class Prefetcher:
 
     # --- write under a region, read on the current stream --------------------------------------------------------
     def _current_stream_reads(self, program: Program, writes: dict) -> Iterator[Finding]:
-        for writer, write in {w for ws in writes.values() for w in ws}:
+        for writer, write in dict.fromkeys(w for ws in writes.values() for w in ws):
             if write.region == NO_REGION:
                 continue
             region = writer.facts.regions[write.region]
             writer_stream = program.stream_id(writer, region)
+            if writer_stream == CURRENT_STREAM:
+                continue  # `with stream(current_stream())` in disguise
             reads: list[_Read] = []
             for key in access_keys(program, writer, write):
                 for reader, access in accesses_by_key(program, "read").get(key, ()):
