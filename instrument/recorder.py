@@ -104,11 +104,17 @@ class Recorder:
             self.emit("stream_name", actor, f"first used at {path.rsplit('/', 1)[-1]}:{line} in {function}")
 
     def stream_actor_of_handle(self, handle: int) -> str:
-        """For trace callbacks, which report a raw stream handle without its device."""
+        """For trace callbacks, which report a raw stream handle without its device.
+
+        Not cached: a stream that only callbacks have seen (the 32 pool streams per priority are all "created" when
+        the pool starts) gets its name, and its place in the cache, from the first op that runs on it.
+        """
         device = self._device_of_handle.get(handle) if handle else None
         if device is None:
             device = self.current_device()
-        return self.stream_actor(device, handle)
+        names = self._stream_names.get(device)
+        name = names.get(handle) if names else None
+        return name if name is not None else f"cuda:{device}/s{handle}"
 
     # ---- backward(): the engine threads are ordered with the thread that called it --------------------------------
     def backward_begin(self) -> None:

@@ -132,6 +132,9 @@ def test_a_side_stream_is_named_after_the_first_place_that_used_it():
     sink = RecordingSink()
     recorder = Recorder(sink)
     recorder.current_raw_stream = lambda device: 0x5A5A
+    recorder.current_device = lambda: 1
+    assert recorder.stream_actor_of_handle(0x5A5A) == "cuda:1/s23130"  # a creation callback: no name yet
+    assert sink.calls == []
     actor = recorder.stream_actor(1)  # first use
     assert actor == "cuda:1/s23130" and recorder.stream_actor(1) == actor
     line = [n for n, text in enumerate(open(__file__).read().splitlines(), 1) if text.endswith("# first use")][0]
