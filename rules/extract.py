@@ -239,6 +239,8 @@ class _FactsVisitor(ast.NodeVisitor):
 
     def _stream_of(self, expr: ast.AST) -> str | None:
         """The stream text if `expr` switches the current stream, else None."""
+        if isinstance(expr, (ast.Name, ast.Attribute)) and dotted(expr).lower().endswith("stream"):
+            return dotted(expr)  # `with side_stream:` (torch.Stream is a context manager)
         if not isinstance(expr, ast.Call) or not matches_name(dotted(expr.func), self.stream_names):
             return None
         arg = expr.args[0] if expr.args else next((k.value for k in expr.keywords if k.arg == "stream"), None)

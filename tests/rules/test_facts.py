@@ -186,3 +186,9 @@ def test_options_cache_key_tracks_what_changes_facts():
     assert StaticOptions(collectives=("b", "a")).cache_key() == StaticOptions(collectives=("a", "b")).cache_key()
     assert StaticOptions(collectives=("a",)).cache_key() != StaticOptions().cache_key()
     assert hash(StaticOptions(syncs=("x",))) == hash(StaticOptions(syncs=["x"]))
+
+
+def test_a_stream_object_used_as_context_manager():
+    source = "def f(self, x):\n    with self.copy_stream:\n        x.add_(1)\n    with self.stream_lock:\n        pass\n"
+    fn = extract_facts(source, "s.py", StaticOptions()).functions[1]
+    assert [(r.stream, r.line, r.end_line) for r in fn.regions] == [("self.copy_stream", 2, 3)]
