@@ -140,6 +140,9 @@ _KEYS: dict[str, tuple[str, str]] = {
 }
 
 
+CONFIG_KEYS = tuple(_KEYS)
+
+
 def find_pyproject(start: Path) -> Path | None:
     """The nearest pyproject.toml at or above `start` that has a [tool.streamcheck] table."""
     start = Path(os.path.abspath(start))

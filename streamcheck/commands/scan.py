@@ -9,14 +9,33 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import textwrap
 import time
 
+from streamcheck.config import CONFIG_KEYS
 from streamcheck.report import FORMATS
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
 
+EPILOG = """\
+examples:
+  streamcheck scan src/                                 text report; exit 1 on findings
+  streamcheck scan --format sarif -o scan.sarif .       for GitHub code scanning (upload-sarif)
+  streamcheck scan --format github .                    annotations in a GitHub Actions log
+  streamcheck scan --write-baseline baseline.json .     accept today's findings ...
+  streamcheck scan --baseline baseline.json .           ... and fail only on new ones
+
+{configuration}
+suppression: `# streamcheck: ignore[SC101]` (or bare `# streamcheck: ignore`) on the reported line
+documentation of a rule: streamcheck explain SC101
+""".format(configuration=textwrap.fill("configuration: [tool.streamcheck] in pyproject.toml, keys "
+                                       + ", ".join(CONFIG_KEYS), 110, subsequent_indent="  ", break_on_hyphens=False))
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = EPILOG
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("paths", nargs="*", default=["."], metavar="PATH", help="files or folders (default: .)")
     parser.add_argument("--format", choices=list(FORMATS), default="text", help="output format (default: text)")
     parser.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE instead of stdout")
