@@ -34,7 +34,12 @@ def unpacked_sdist(name: str, version: str) -> Path:
     staging = Path(tempfile.mkdtemp(dir=SDIST_CACHE, prefix=f".{name}-{version}-"))
     try:
         with tarfile.open(archive) as tar:
-            tar.extractall(staging, filter="data")
+            if hasattr(tarfile, "data_filter"):
+                tar.extractall(staging, filter="data")
+            else:  # Python < 3.10.12 / 3.11.4: refuse links and paths that leave the folder ourselves
+                members = [m for m in tar.getmembers() if (m.isfile() or m.isdir())
+                           and not Path(m.name).is_absolute() and ".." not in Path(m.name).parts]
+                tar.extractall(staging, members=members)
         roots = list(staging.iterdir())
         assert len(roots) == 1, f"{archive} does not hold one top-level folder: {roots}"
         shutil.rmtree(target, ignore_errors=True)
