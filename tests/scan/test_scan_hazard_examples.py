@@ -1,0 +1,61 @@
+"""`streamcheck scan` on the examples/ pairs that the GPU tests run: each racy script gives exactly one finding of its
+rule at the line marked `# streamcheck: race`, its fixed twin none; the other example folders give no SC102-SC105
+finding."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from .helpers import positions, scan_json
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+HAZARDS = ("SC102", "SC103", "SC104", "SC105")
+
+PAIRS = [
+    ("host_read_after_d2h", "SC102", "HOST", "h"),
+    ("pinned_overwrite_h2d", "SC103", "WAR", "h"),
+    ("free_without_record_stream", "SC104", "FREE", "t1"),
+    ("async_collective", "SC105", "RAW", "t1"),
+]
+
+
+def _marked_line(path: Path, marker: str) -> int:
+    [line] = [n for n, text in enumerate(path.read_text().splitlines(), 1) if f"# streamcheck: {marker}" in text]
+    return line
+
+
+@pytest.fixture
+def in_examples(monkeypatch):
+    monkeypatch.chdir(EXAMPLES)
+
+
+@pytest.mark.parametrize("folder,rule,kind,path", PAIRS, ids=[p[1] for p in PAIRS])
+def test_racy_gives_one_finding_at_the_race_line_and_fixed_none(in_examples, capsys, folder, rule, kind, path):
+    code, report, _ = scan_json(capsys, "--no-cache", folder)
+    racy = Path(folder) / "racy.py"
+    race, earlier = _marked_line(EXAMPLES / racy, "race"), _marked_line(EXAMPLES / racy, "earlier")
+    assert code == 1
+    assert [(r, p, line) for r, p, line, _ in positions(report)] == [(rule, racy.as_posix(), race)]
+    [finding] = report["findings"]
+    assert (finding["kind"], finding["extra"]["path"]) == (kind, path)
+    assert earlier in [loc["line"] for loc in finding["related"]]
+
+
+@pytest.mark.parametrize("folder", ["views_offset", "user_threads", "backward_hook_hpz", "pytest_gate",
+                                    "deepspeed_hpz", "hpz_race"])
+def test_other_examples_give_no_hazard_finding(in_examples, capsys, folder):
+    code, report, _ = scan_json(capsys, "--no-cache", "--select", ",".join(HAZARDS), folder)
+    assert (code, positions(report)) == (0, [])
+
+
+def test_every_example_folder_at_once(in_examples, capsys):
+    """The whole examples/ tree in one scan: the four hazard findings plus SC101 on the two hpZ-shaped racy files."""
+    code, report, _ = scan_json(capsys, "--no-cache", ".")
+    found = [(rule, path, line) for rule, path, line, _ in positions(report)]
+    expected = [(rule, f"{folder}/racy.py", _marked_line(EXAMPLES / folder / "racy.py", "race"))
+                for folder, rule, _, _ in PAIRS]
+    expected += [("SC101", "hpz_race/racy.py", 45), ("SC101", "pytest_gate/test_streams.py", 21)]
+    assert code == 1
+    assert sorted(found) == sorted(expected)

@@ -1,0 +1,57 @@
+"""Every rule on real framework code, through `streamcheck scan`: the complete list of findings on the DeepSpeed
+0.13.4 package (rule, file, line), so any change in precision shows up in review, and the same scan of the installed
+torch's `torch/distributed/fsdp` (correct stream code: no finding).
+
+The judgement of each finding is in the closing note of issue 4; in short: the five SC101 findings are the hpZ
+race and its `ds_tensor` siblings, and the SC104 finding releases `param.grad` inside the copy stream's region with
+no record_stream (a real hazard, in a method 0.13.4 never calls).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from streamcheck.cli import main
+
+STAGE3 = "deepspeed/runtime/zero/stage3.py"
+PARTITION = "deepspeed/runtime/zero/partition_parameters.py"
+
+EXPECTED_0_13_4 = [
+    ("SC101", "deepspeed/runtime/engine.py", 2628),
+    ("SC101", PARTITION, 1566),
+    ("SC101", PARTITION, 1580),
+    ("SC101", PARTITION, 1643),
+    ("SC101", PARTITION, 1649),
+    ("SC104", STAGE3, 1387),
+]
+
+
+def _scan(capsys, monkeypatch, root: Path, target: str) -> list[dict]:
+    monkeypatch.chdir(root)
+    code = main(["scan", "--no-progress", "--no-cache", "--format", "json", target])
+    report = json.loads(capsys.readouterr().out)
+    assert code == (1 if report["findings"] else 0)
+    return report["findings"]
+
+
+@pytest.mark.network
+def test_every_finding_of_every_rule_on_deepspeed_0_13_4(sdist, capsys, monkeypatch):
+    findings = _scan(capsys, monkeypatch, sdist("deepspeed", "0.13.4"), "deepspeed")
+    assert [(f["rule"], f["primary"]["path"], f["primary"]["line"]) for f in findings] == EXPECTED_0_13_4
+    [free] = [f for f in findings if f["rule"] == "SC104"]
+    assert (free["symbol"], free["kind"], free["primary"]["snippet"]) == (
+        "DeepSpeedZeroOptimizer_Stage3.async_inplace_copy_grad_to_fp32_buffer_from_gpu", "FREE", "param.grad = None")
+    assert free["extra"] == {"path": "param.grad", "stream": "self.copy_grad_stream"}
+
+
+def test_no_finding_on_the_installed_torch_fsdp(capsys, monkeypatch):
+    spec = importlib.util.find_spec("torch")  # located, not imported
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("torch is not installed")
+    distributed = Path(list(spec.submodule_search_locations)[0]) / "distributed"
+    assert (distributed / "fsdp").is_dir()
+    assert _scan(capsys, monkeypatch, distributed, "fsdp") == []
