@@ -1,9 +1,10 @@
 """Call sites of recorded operations: captured cheaply on every op, turned into file/line/function only when reported.
 
 Capture walks up from the hook to the first frame whose file lies outside torch and streamcheck (the frame a user
-can act on), then keys the site by that frame and a few callers as (code object id, line) pairs, so the hot path
-is a short frame walk, a tuple and a dict lookup; frames are turned into file/line/function only for reported
-sites. The table keeps every code object it has seen alive, so an id never comes back for another function.
+can act on), then keys the site by that frame and a few callers as (code object id, bytecode offset) pairs, so the
+hot path is a short frame walk, a tuple and a dict lookup; lines, files and functions are looked up only for sites
+that are reported. The table keeps every code object it has seen alive, so an id never comes back for another
+function.
 """
 
 from __future__ import annotations
@@ -24,6 +25,14 @@ def _package_dir(name: str) -> str | None:
     if spec is None or not spec.origin:
         return None
     return os.path.dirname(os.path.abspath(spec.origin)) + os.sep
+
+
+def _line_of(code, offset: int) -> int:
+    """The source line of the instruction at byte `offset` of `code`."""
+    for start, end, line in code.co_lines():
+        if start <= offset < end and line is not None:
+            return line
+    return code.co_firstlineno
 
 
 class SiteTable:
@@ -74,7 +83,7 @@ class SiteTable:
         key: tuple = ()
         depth = self.depth
         while frame is not None and depth:
-            key += (id(frame.f_code), frame.f_lineno)
+            key += (id(frame.f_code), frame.f_lasti)  # the bytecode offset: cheaper than f_lineno, as precise
             frame = frame.f_back
             depth -= 1
         site = self._ids.get(key)
@@ -86,7 +95,7 @@ class SiteTable:
         chain = []
         depth = self.depth
         while frame is not None and depth:
-            chain.append((frame.f_code, frame.f_lineno))  # the code objects stay alive: their ids stay unique
+            chain.append((frame.f_code, frame.f_lasti))  # the code objects stay alive: their ids stay unique
             frame = frame.f_back
             depth -= 1
         with self._lock:
@@ -101,7 +110,7 @@ class SiteTable:
         """[[file, line, function], ...], the blamed frame first; [] for an unknown site."""
         if site is None or site < 0 or site >= len(self._chains):
             return []
-        return [[code.co_filename, line, code.co_name] for code, line in self._chains[site]]
+        return [[code.co_filename, _line_of(code, offset), code.co_name] for code, offset in self._chains[site]]
 
     def __len__(self) -> int:
         return len(self._chains)
