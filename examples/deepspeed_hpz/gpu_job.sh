@@ -2,6 +2,7 @@
 # Everything this project runs on a 2-GPU machine, in one job (the device tool's $OUT gets the logs back).
 #   examples/deepspeed_hpz/gpu_job.sh [STEPS_SMOKE] [STEPS_FULL] [PARTS]
 # PARTS: any of tests,trace,smoke,full (comma-separated). Expects .whl/ from ../shared/tools/gpu-wheels.
+# NPROC (world size, default 2) and HPZ (zero_hpz_partition_size, default 2) come from the environment.
 # Every step has its own timeout; a failing step is logged and the job goes on to the next.
 set -u
 cd "$(dirname "$0")/../.."
@@ -9,6 +10,8 @@ OUT=${OUT:-/tmp/streamcheck-gpu-out}
 SMOKE_STEPS=${1:-3}
 FULL_STEPS=${2:-10}
 PARTS=${3:-tests,trace,smoke}
+NPROC=${NPROC:-2}
+HPZ=${HPZ:-2}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export TOKENIZERS_PARALLELISM=false TRANSFORMERS_VERBOSITY=error
@@ -44,8 +47,8 @@ done
 
 seed() {  # seed VERSION STEPS MODE(plain|sc) LIMIT
   local v=$1 steps=$2 mode=$3 limit=$4 tag="$3-$1-$2steps"
-  local cmd=(python3 -m torch.distributed.run --nproc_per_node 2 --master_port $((29500 + RANDOM % 1000))
-             examples/deepspeed_hpz/train.py --steps "$steps" --hpz 2 --result "/tmp/seed-$tag.json")
+  local cmd=(python3 -m torch.distributed.run --nproc_per_node "$NPROC" --master_port $((29500 + RANDOM % 1000))
+             examples/deepspeed_hpz/train.py --steps "$steps" --hpz "$HPZ" --result "/tmp/seed-$tag.json")
   log "seed $tag"
   if [ "$mode" = sc ]; then
     cmd=(python3 -P -m streamcheck.cli run --out "/tmp/sc-$tag" -- "${cmd[@]}")
