@@ -99,11 +99,12 @@ class HazardCollector:
         return self.v.fn
 
     def _use(self, path: str, how: str, node: ast.AST, arg: str = "", at_end: bool = False) -> None:
+        line, column = node.lineno, node.col_offset + 1
         if at_end:  # a binding or free takes effect after its statement's expressions ran
-            line, column = node.end_lineno or node.lineno, (node.end_col_offset or 0) + 1
+            end = node.end_lineno or node.lineno, (node.end_col_offset or 0) + 1
+            self.fn.uses.append(Use(path, how, *end, self.v.region, self.v.blocks[-1], arg, line, column))
         else:
-            line, column = node.lineno, node.col_offset + 1
-        self.fn.uses.append(Use(path, how, line, column, self.v.region, self.v.blocks[-1], arg))
+            self.fn.uses.append(Use(path, how, line, column, self.v.region, self.v.blocks[-1], arg))
 
     def _mark(self, expr: ast.AST) -> str | None:
         """The access path of `expr`, with the nodes that spell it marked as accounted for."""
@@ -282,23 +283,26 @@ class HazardCollector:
             aliased = self._mark(value.func.value)
             if aliased:
                 self._use(aliased, "escape", value)
-        elif isinstance(value, (ast.Name, ast.Attribute, ast.Subscript)) or _is_view_call(value, self.view_methods):
-            aliased = self._mark(value)  # `y = x`, `self.buf = x`, `y = x.view(-1)`: tracked no further
-            if aliased:
-                self._use(aliased, "escape", value)
+        else:  # `y = x`, `self.buf = x`, `y = x.view(-1)`, `d[k] = (a, b)`: aliased or stored, tracked no further
+            for elt in _elements(value):
+                if isinstance(elt, (ast.Name, ast.Attribute, ast.Subscript)) or _is_view_call(elt, self.view_methods):
+                    aliased = self._mark(elt)
+                    if aliased:
+                        self._use(aliased, "escape", elt)
         dropped = isinstance(value, ast.Constant) and value.value is None
+        swapped = self.access_path(value) is not None  # `p.data = p._mp_param`: the old storage may be kept too
         for target in targets:
             for elt in _elements(target):
-                self._store(elt, node, "None" if dropped else "")
+                self._store(elt, node, "None" if dropped else "", swapped)
 
-    def _store(self, target: ast.AST, statement: ast.AST, value: str = "") -> None:
+    def _store(self, target: ast.AST, statement: ast.AST, value: str = "", swapped: bool = False) -> None:
         if isinstance(target, ast.Subscript):
             path = self._mark(target)
             if path:
                 self._use(path, "write", target, "[]=")
         elif isinstance(target, ast.Attribute) and target.attr == "data":
             path = self._mark(target.value)
-            if path:
+            if path and not swapped:
                 self._use(path, "free", statement, ".data=", at_end=True)
         elif isinstance(target, (ast.Name, ast.Attribute)):
             path = self._mark(target)

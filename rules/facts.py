@@ -62,6 +62,9 @@ class Access:
     op: str  # the method or callee that performs it: "copy_", "out=", "all_gather_into_tensor", "+"
     region: int = NO_REGION
     collective: bool = False  # read by a collective (runs on the communication library's stream)
+    # For a plain name that a nested function (or any function, for a module global) uses from an enclosing
+    # scope: the qualname of the function that binds it (MODULE_SCOPE for globals); "" for the function's own.
+    owner: str = ""
 
 
 @dataclass(frozen=True)
@@ -104,6 +107,10 @@ class Use:
     region: int = NO_REGION
     block: tuple[int, int] = (0, 0)
     arg: str = ""
+    # Bindings and frees take effect when their statement ends: `line`/`column` is that end (for ordering) and
+    # these are the statement's start (for reports); 0 when the same.
+    start_line: int = 0
+    start_column: int = 0
 
 
 @dataclass(frozen=True)

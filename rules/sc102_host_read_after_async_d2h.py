@@ -95,6 +95,15 @@ def to_numpy(t):
     cpu = cpu.numpy()
     return cpu
 """,
+        # Stored in a container for a later wait (torch inductor's copy_args_to_cpu_if_needed).
+        """
+import torch
+
+def stash(copies, name, arg):
+    cpu_arg = torch.empty_strided((arg.numel(),), (1,), device="cpu", pin_memory=True)
+    cpu_arg.copy_(arg.view(-1), non_blocking=True)
+    copies[name] = (arg, cpu_arg)
+""",
         # The read is in the other arm of an if/else.
         """
 import torch

@@ -104,6 +104,16 @@ def run(side, n):
         total = t.sum()
     return t, total
 """,
+        # `.data` swapped to another held tensor (DDP's mixed-precision params): the old storage is kept too.
+        """
+import torch
+
+def cast_params(params, side):
+    with torch.cuda.stream(side):
+        for param in params:
+            param.mp.copy_(param.data)
+            param.data = param.mp
+""",
         # Allocated on the same side stream by another method of the class.
         """
 import torch
@@ -122,6 +132,17 @@ class Overlap:
     ]
 
     INVALID = [
+        # A multi-line release is reported where its statement starts (torch DDP's `_root_copy_hook`).
+        """
+import torch
+
+def cast_grads(params, side, dtype):
+    with torch.cuda.stream(side):
+        for param in params:
+            param.grad.data = param.grad.to(  # expect: SC104
+                dtype
+            )
+""",
         # Dropping the last reference inside the region, right after the side stream read it.
         """
 import torch
@@ -208,12 +229,12 @@ def prefetch(side, x):
                 return None
             line, column, how = facts.end_line, 1, "the end of the function"
         else:
-            line, column = release.line, release.column
+            line, column = release.start_line or release.line, release.start_column or release.column
             how = FREES.get(release.arg, "rebinding it")
         if line <= region.end_line:  # released inside the region: only blocking the host orders it
             if host_blocked_between(program, function, first_use.line, line, set()):
                 return None
-        elif stream_ordered_between(program, function, region.end_line, line + (1 if release is None else 0)):
+        elif stream_ordered_between(program, function, region.end_line, line if release else line + 1):
             return None
         stream = region.stream
         return Finding(
