@@ -22,8 +22,9 @@ class FreeAfterSideStreamUse(Rule):
         Finds a tensor that was allocated outside a `with torch.cuda.stream(side):` region (on the current
         stream), used inside it, and then released by the same function (inside the region after the use, or
         after it): `del x`, rebinding the local that held the only reference or the attribute that held it
-        (`param.grad = None`), `x.data = ...`, `x.resize_(...)`, `x.storage().resize_(0)`, or the end of the
-        function for a local it allocated and never handed out. It is reported when the function
+        (`param.grad = None`), `x.data = <new tensor>` (not a swap to another tensor it holds),
+        `x.resize_(...)`, `x.storage().resize_(0)`, or the end of the function for a local it allocated and
+        never handed out. It is reported when the function
         never calls `x.record_stream(...)` and no `wait_stream` / `wait_event` / synchronize lies between the
         region and the release. A `self.` attribute that some method of the class assigns inside a region of the
         same stream is taken as allocated on that stream (its release there is ordered).

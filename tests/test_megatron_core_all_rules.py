@@ -1,0 +1,55 @@
+"""Every rule on Megatron-core 0.16.1 (the package index's newest release when pinned), through `streamcheck scan`:
+no finding. Its stream code (MoE shared-expert overlap, CPU offloading, distributed optimizer) uses side streams
+with wait_stream, record_stream and events; the shapes that gave false positives while the rules were built
+(attributes allocated on the side stream by another method, `.numpy()` views of a pending copy, a reduce-scatter
+wrapper after an async all-reduce) are kept as VALID examples of SC102/SC104/SC105.
+
+Only a wheel is published; it is downloaded once into .cache/sdists/ and unpacked as data (zip members are checked
+to stay inside the folder); nothing of it is imported.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from streamcheck.cli import main
+
+pytestmark = pytest.mark.network
+
+NAME, VERSION = "megatron-core", "0.16.1"
+CACHE = Path(__file__).resolve().parents[1] / ".cache" / "sdists"
+
+
+def unpacked_wheel(name: str, version: str) -> Path:
+    target = CACHE / f"{name}-{version}"
+    if (target / ".unpacked").exists():
+        return target
+    CACHE.mkdir(parents=True, exist_ok=True)
+    stem = name.replace("-", "_")
+    wheels = sorted(CACHE.glob(f"{stem}-{version}-*.whl"))
+    if not wheels:
+        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary", ":all:",
+                        f"{name}=={version}", "-d", str(CACHE)], check=True, timeout=600)
+        wheels = sorted(CACHE.glob(f"{stem}-{version}-*.whl"))
+    with zipfile.ZipFile(wheels[0]) as wheel:
+        for member in wheel.namelist():
+            resolved = (target / member).resolve()
+            assert resolved.is_relative_to(target.resolve()), member
+        wheel.extractall(target)
+    (target / ".unpacked").touch()
+    return target
+
+
+def test_no_finding_on_megatron_core(capsys, monkeypatch):
+    monkeypatch.chdir(unpacked_wheel(NAME, VERSION))
+    code = main(["scan", "--no-progress", "--no-cache", "--format", "json", "megatron"])
+    report = json.loads(capsys.readouterr().out)
+    assert [(f["rule"], f["primary"]["path"], f["primary"]["line"]) for f in report["findings"]] == []
+    assert code == 0
+    assert report["summary"]["files"] == report["summary"]["parsed"] > 300
