@@ -60,6 +60,17 @@ class SiteFrames:
         return frames
 
 
+def rank_path(path: str | os.PathLike, rank: int, world_size: int) -> Path:
+    """`path` with "{rank}" replaced; in a job of several ranks without "{rank}", "-rank<R>" goes before the suffix."""
+    text = str(path)
+    if "{rank}" in text:
+        return Path(text.replace("{rank}", str(rank)))
+    path = Path(text)
+    if world_size > 1:
+        return path.with_name(f"{path.stem}-rank{rank}{path.suffix}")
+    return path
+
+
 def findings_path(out_dir: str | os.PathLike, rank: int) -> Path:
     return Path(out_dir) / f"streamcheck-rank{rank}.jsonl"
 
@@ -108,7 +119,7 @@ class Watch:
         if self.trace_path is not None:
             from .trace import TraceWriter
 
-            trace_path = Path(str(self.trace_path).replace("{rank}", str(self.rank)))
+            trace_path = rank_path(self.trace_path, self.rank, self.world_size)
             trace_path.parent.mkdir(parents=True, exist_ok=True)
             self._trace = TraceWriter(trace_path, rank=self.rank, world_size=self.world_size, pid=os.getpid())
             sink = Tee(self.detector, self._trace)

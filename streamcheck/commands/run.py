@@ -2,7 +2,8 @@
 
 CMD may be `python train.py`, `torchrun --nproc_per_node 2 train.py`, `deepspeed train.py`, or anything that
 starts Python processes: instrumentation travels through the environment (instrument/launch.py). The program is
-never stopped by a finding (unless --fail-fast); when it ends, the per-rank findings are merged and printed.
+never stopped by a finding (unless --fail-fast); when it ends (also after Ctrl-C, or when a rank was killed: findings
+are flushed as they are found), the per-rank findings are merged and printed.
 Exit: 1 when anything was found, 2 when the command could not run or failed without findings, 0 otherwise.
 """
 
@@ -43,10 +44,16 @@ def run(args: argparse.Namespace) -> int:
         print(f"streamcheck run: cannot use output directory {out_dir}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     try:
-        returncode = subprocess.call(cmd, env=env)
+        process = subprocess.Popen(cmd, env=env)
     except OSError as exc:
         print(f"streamcheck run: cannot start {cmd[0]!r}: {exc.strerror or exc}", file=sys.stderr)
         return 2
+    try:
+        returncode = process.wait()
+    except KeyboardInterrupt:
+        # Ctrl-C reached the command too: let it end, then report what the ranks had found (flushed per finding).
+        print("streamcheck run: interrupted; waiting for the command to end", file=sys.stderr)
+        returncode = process.wait()
     try:
         merged = merge([out_dir])
     except MergeError:

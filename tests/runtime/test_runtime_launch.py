@@ -25,6 +25,9 @@ PROGRAM = textwrap.dedent(
         rec.emit("kernel", "T1", "cuda:0/s9", [(64, 0, 8)], [], rec.sites.capture(1), "aten::sum")  # read
         rec.emit("sync_device", "T1", 0)
     print("program finished")
+    if len(sys.argv) > 2:  # die without any cleanup, as a rank killed by the launcher does
+        import os, signal
+        os.kill(os.getpid(), signal.SIGKILL)
     """
 )
 
@@ -84,3 +87,16 @@ def test_watched_threads_enter_the_mode_and_report_start_and_join(tmp_path):
     events = [json.loads(line) for line in trace.read_text().splitlines()]
     links = [(e["e"], e["parent"], e["child"]) for e in events if e["e"].startswith("thread_")]
     assert links == [("thread_start", parent, f"T{child.ident}"), ("thread_join", parent, f"T{child.ident}")]
+
+
+def test_a_killed_program_still_reports_what_it_found(tmp_path):
+    program = tmp_path / "program.py"
+    program.write_text(PROGRAM)
+    done = subprocess.run([sys.executable, "-m", "streamcheck.cli", "run", "--out", str(tmp_path / "out"),
+                           "--format", "json", "--", sys.executable, str(program), "3", "kill"],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    report = json.loads(done.stdout[done.stdout.index("{"):])
+    (finding,) = report["findings"]
+    assert (finding["kind"], finding["count"]) == ("RAW", 1)  # flushed at first sight; the final count never came
+    assert "command exit code -9" in done.stderr

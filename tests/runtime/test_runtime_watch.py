@@ -137,3 +137,11 @@ def test_annotate_reports_work_the_dispatcher_cannot_see(tmp_path):
     assert (finding.rule, finding.kind, finding.primary.line) == ("SC203", "HOST", line_of("# the extension's read"))
     assert finding.extra["later"]["op"] == "my_extension"
     assert (finding.extra["start"], finding.extra["end"]) == (16, 32)
+
+
+def test_trace_paths_are_per_rank():
+    from streamcheck.instrument.watch import rank_path
+
+    assert str(rank_path("out/trace-{rank}.jsonl", 3, 8)) == "out/trace-3.jsonl"
+    assert str(rank_path("out/trace.jsonl", 3, 8)) == "out/trace-rank3.jsonl"
+    assert str(rank_path("out/trace.jsonl", 0, 1)) == "out/trace.jsonl"
