@@ -2,7 +2,8 @@
 
 Two accesses share a key when they
 - name the same attribute path of `self` within one class family (`self.buf` in a class and its subclasses),
-- name the same local path in the same function (`x`, `p.grad` with the same local `p`), or
+- name the same local path in the same function (`x`, `p.grad` with the same local `p`), a plain name counting as
+  the enclosing function's (or the module's) where it is bound there (closures, globals), or
 - end in the same attribute name that is specific enough to identify a tensor (`param.ds_secondary_tensor` and
   `p.ds_secondary_tensor`) within one program. Generic names (`.data`, `.grad`, `.weight`, see
   StaticOptions.generic_attributes) never match by name alone: on DeepSpeed 0.13.4, name-only pairing gives 127
@@ -20,7 +21,8 @@ AccessIndex = dict[tuple, list[tuple[Function, Access]]]
 def access_keys(program: Program, function: Function, access: Access) -> set[tuple]:
     parts = access.path.split(".")
     if len(parts) == 1:
-        return {("local", function.id, access.path)}
+        scope = f"{function.file.path}::{access.owner}" if access.owner else function.id
+        return {("local", scope, access.path)}
     keys: set[tuple] = set()
     if parts[-1] not in program.options.all_generic_attributes:
         keys.add(("attr", program.component(function.file), parts[-1]))

@@ -125,6 +125,9 @@ class _FactsVisitor(ast.NodeVisitor):
         self.fn: FunctionFacts | None = None
         self.region = NO_REGION
         self.blocks: list[tuple[int, int]] = [(0, 0)]
+        # (qualname, names bound so far) of the module and each enclosing function, innermost last: a plain name
+        # that the innermost function does not bind belongs to the nearest enclosing scope that does.
+        self.frames: list[tuple[str, set[str]]] = [(MODULE_SCOPE, set())]
         self.pending_attr_functions: list[tuple[str, str, str, int]] = []  # attr, name, scope, line
         self.defined: set[str] = set()
         self.hazards = None
@@ -203,8 +206,14 @@ class _FactsVisitor(ast.NodeVisitor):
         fn = FunctionFacts(".".join(self.scope), node.name, cls, node.lineno, node.end_lineno or node.lineno)
         args = node.args
         fn.params = [a.arg for a in args.posonlyargs + args.args + args.kwonlyargs]
+        if args.vararg:
+            fn.params.append(args.vararg.arg)
+        if args.kwarg:
+            fn.params.append(args.kwarg.arg)
         self.facts.functions.append(fn)
         self.defined.add(fn.qualname)
+        self.frames[-1][1].add(node.name)
+        self.frames.append((fn.qualname, set(fn.params)))
         saved = self.fn, self.region, self.blocks
         self.fn, self.region, self.blocks = fn, NO_REGION, [(0, 0)]
         self.class_stack.append(None)  # functions nested in a method are not methods
@@ -213,6 +222,7 @@ class _FactsVisitor(ast.NodeVisitor):
         self.class_stack.pop()
         _drop_unwritten_locals(fn)
         self.fn, self.region, self.blocks = saved
+        self.frames.pop()
         self.scope.pop()
 
     visit_AsyncFunctionDef = visit_FunctionDef
@@ -370,8 +380,22 @@ class _FactsVisitor(ast.NodeVisitor):
             return
         if isinstance(expr, ast.AST) and hasattr(expr, "lineno"):
             line, col = expr.lineno, expr.col_offset + 1
-        self.fn.accesses.append(Access(kind, path, line, col, op, self.region, collective))
+        owner = self._owner(path) if "." not in path else ""
+        self.fn.accesses.append(Access(kind, path, line, col, op, self.region, collective, owner))
         self._keep_line(line)
+
+    def _owner(self, name: str) -> str:
+        """The scope a plain name belongs to when the current function does not bind it ("" when it does)."""
+        if len(self.frames) == 1 or name in self.frames[-1][1]:
+            return ""
+        for qualname, bound in reversed(self.frames[:-1]):
+            if name in bound:
+                return qualname
+        return ""
+
+    def visit_Name(self, node: ast.Name) -> None:
+        if not isinstance(node.ctx, ast.Load):
+            self.frames[-1][1].add(node.id)
 
     def visit_BinOp(self, node: ast.BinOp) -> None:
         if self.detailed:
@@ -419,7 +443,7 @@ class _FactsVisitor(ast.NodeVisitor):
 def _drop_unwritten_locals(fn: FunctionFacts) -> None:
     """A plain local name only matters to the rules when the same function writes it: keep the facts small."""
     written = {a.path for a in fn.accesses if a.kind == "write" and "." not in a.path}
-    fn.accesses = [a for a in fn.accesses if "." in a.path or a.path in written]
+    fn.accesses = [a for a in fn.accesses if "." in a.path or a.path in written or a.owner]
 
 
 def _elements(node: ast.AST) -> list[ast.AST]:

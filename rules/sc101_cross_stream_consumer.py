@@ -305,43 +305,68 @@ def _wait_before(program: Program, function: Function, region_index: int, line: 
 
 
 def _ordered_after_write(program: Program, writer: Function, write: Access, before_line: int | None) -> bool:
-    """A writer-side ordering that runs after the write whenever the write runs: in the writing function (before
-    `before_line` if given), or, when the write is not followed by a read in its own body, after every call of
-    the writing function in its callers (one level up)."""
-    if _ordering_after(program, writer, write.line, before_line):
-        return True
+    """A writer-side ordering that runs after the write whenever the write runs. With `before_line` (the read
+    is later in the same body): anywhere in between. Otherwise the read may run from any call, so the ordering
+    must be the next thing after the write that could reach it, in the writing function or, failing that, right
+    after every call of the writing function in its callers (one level up)."""
     if before_line is not None:
-        return False
+        return _ordering_between(program, writer, write.line, before_line)
+    if _next_is_ordering(program, writer, write.line, write.column):
+        return True
+    if _event_recorded_after(writer, write) and _event_waited_anywhere(program):
+        # An event recorded after the write and handed over (a queue, a dict per module) to a consumer that waits
+        # on it: the hand-off cannot be followed without values, so a wait on an event anywhere is taken as it.
+        return True
     call_sites = _call_sites(program).get(writer.id, [])
-    return bool(call_sites) and all(_ordered_next(program, caller, call) for caller, call in call_sites)
+    return bool(call_sites) and all(
+        _next_is_ordering(program, caller, call.line, call.column) for caller, call in call_sites)
 
 
-def _ordered_next(program: Program, caller: Function, site) -> bool:
-    """Whether the next thing `caller` does after the call `site` that could touch tensors (a resolved call or an
-    ordering) is an ordering that runs whenever the call does. Anything in between might be the read."""
-    after_line = lambda item: (item.line, item.column) > (site.line, site.column)  # noqa: E731
-    orderings = [s for s in caller.facts.syncs if s.kind in WRITER_ORDERINGS and after_line(s)]
-    calls = [(c, edges) for c, edges in program.calls_of(caller.id) if edges and after_line(c)]
-    first_sync = min(orderings, key=lambda s: (s.line, s.column), default=None)
-    if first_sync is None or not _runs_whenever(first_sync.block, site.line):
-        return False
-    for call, edges in calls:
-        if (call.line, call.column) < (first_sync.line, first_sync.column) and not any(
-                e.exact and program.performs_wait(e.callee) for e in edges):
-            return False
-    return True
+def _event_recorded_after(writer: Function, write: Access) -> bool:
+    return any(s.kind == "record" and s.line > write.line and _runs_whenever(s.block, write.line)
+               for s in writer.facts.syncs)
 
 
-def _ordering_after(program: Program, function: Function, line: int, before_line: int | None) -> bool:
+def _event_waited_anywhere(program: Program) -> bool:
+    return program.memo("sc101.event_waited", lambda: any(
+        s.kind == "wait_event" for function in program.functions.values() for s in function.facts.syncs))
+
+
+def _is_ordering_call(program: Program, edges) -> bool:
+    return any(e.exact and program.performs_wait(e.callee) for e in edges)
+
+
+def _ordering_between(program: Program, function: Function, line: int, before_line: int) -> bool:
     def in_window(at: int, block: tuple[int, int]) -> bool:
-        return at > line and (before_line is None or at < before_line) and _runs_whenever(block, line)
+        return line < at < before_line and _runs_whenever(block, line)
 
     if any(in_window(s.line, s.block) and s.kind in WRITER_ORDERINGS for s in function.facts.syncs):
         return True
-    return any(
-        in_window(call.line, call.block) and any(e.exact and program.performs_wait(e.callee) for e in edges)
-        for call, edges in program.calls_of(function.id)
-    )
+    return any(in_window(c.line, c.block) and _is_ordering_call(program, e) for c, e in program.calls_of(function.id))
+
+
+# Calls that run code we cannot see (autograd hooks) even when they resolve to nothing in the scanned tree.
+RUNS_HOOKS = frozenset({"backward", "grad", "run_backward"})
+
+
+def _next_is_ordering(program: Program, function: Function, line: int, column: int) -> bool:
+    """Whether, after (line, column), `function` reaches an ordering that runs whenever that point does, before
+    any call that could run the consumer (a resolved call, or `backward()`). Calls on the ordering's own line are
+    part of it (`get_accelerator().current_stream().synchronize()`)."""
+    after = lambda item: (item.line, item.column) > (line, column)  # noqa: E731
+    candidates = [(s.line, s.column) for s in function.facts.syncs
+                  if s.kind in WRITER_ORDERINGS and after(s) and _runs_whenever(s.block, line)]
+    candidates += [(c.line, c.column) for c, edges in program.calls_of(function.id)
+                   if after(c) and _runs_whenever(c.block, line) and _is_ordering_call(program, edges)]
+    if not candidates:
+        return False
+    first = min(candidates)
+    for call, edges in program.calls_of(function.id):
+        if not after(call) or call.line >= first[0] or call.line == line:
+            continue
+        if (edges and not _is_ordering_call(program, edges)) or call.callee.rsplit(".", 1)[-1] in RUNS_HOOKS:
+            return False
+    return True
 
 
 def _call_sites(program: Program) -> dict[str, list[tuple[Function, object]]]:

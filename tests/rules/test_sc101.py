@@ -281,3 +281,57 @@ def test_a_synchronize_in_the_caller_after_the_consumer_ran_does_not_count():
     """
     assert _summary(findings_of(sources)) == [
         ("SC101", "RAW", "pkg/store.py", line_of(sources["pkg/store.py"], ".copy_(full"))]
+
+
+def test_an_event_recorded_after_the_write_and_handed_to_a_waiting_consumer():
+    source = """
+        import torch
+
+        class Copier:
+            def pre_forward(self, module):
+                with torch.cuda.stream(self.copy_stream):
+                    for p in module.parameters():
+                        p.low_precision_copy.copy_(p)
+                    event = torch.cuda.Event()
+                    event.record()
+                    self.events[module].append(event)
+
+            def module_pre_forward(self, module):
+                {wait}
+
+            def forward(self, module, x):
+                return x @ module.weight.low_precision_copy
+    """
+    waited = source.replace("{wait}", "event = self.events[module].popleft()\n                event.wait()")
+    assert findings_of({"m.py": waited}) == []
+    never_waited = source.replace("{wait}", "pass")
+    assert _summary(findings_of({"m.py": never_waited})) == [
+        ("SC101", "RAW", "m.py", line_of(never_waited, "p.low_precision_copy.copy_(p)"))]
+
+
+def test_closure_read_in_a_backward_hook_before_the_host_sync():
+    # Scenario 27: the write and the hook share a local of the enclosing function; backward() runs the hook
+    # before the synchronize, so the synchronize orders nothing for it.
+    source = """
+        import torch
+
+        def main(w, src, side):
+            sec = torch.zeros(16, device="cuda")
+
+            def prefetch(grad):
+                with torch.cuda.stream(side):
+                    return sec * 2
+
+            w.register_hook(prefetch)
+            loss = (w * src).sum()
+            sec.copy_(src)
+            loss.backward()
+            torch.cuda.synchronize()
+    """
+    [finding] = findings_of({"m.py": source})
+    assert (finding.primary.line, finding.symbol) == (line_of(source, "sec.copy_(src)"), "main")
+    assert [(loc.role, loc.line) for loc in finding.related] == [
+        (ROLE_READ, line_of(source, "return sec * 2")), (ROLE_STREAM_CONTEXT, line_of(source, "with torch.cuda"))]
+    synced_first = source.replace("            loss.backward()\n            torch.cuda.synchronize()\n",
+                                  "            torch.cuda.synchronize()\n            loss.backward()\n")
+    assert findings_of({"m.py": synced_first}) == []
