@@ -35,11 +35,13 @@ class CrossStreamConsumer(Rule):
         reads: a kernel or a collective launched inside `with torch.cuda.stream(s):` (or
         `get_accelerator().stream(s)`), directly or through calls, when the write was enqueued on the current
         stream, or the other way round. It reports it when no ordering lies between them on some path: no
-        `wait_stream` / `wait_event` on the consumer's stream before the read, and no stream, event or device
-        `synchronize()` (nor a blocking `.item()`) after the write on the writer's side. Writes and reads are
-        matched by access path: the same `self.<attr>` within a class family, the same local variable, or the same
-        specific attribute name (`param.ds_secondary_tensor`); generic names like `.data`, `.grad` and `.weight`
-        never match by name alone.
+        `wait_stream` / `wait_event` on the consumer's stream before the read (orderings inside a branch that may
+        be skipped do not count), and no stream, event or device `synchronize()` (nor a blocking `.item()`) after
+        the write on the writer's side, before anything that could run the consumer (a call, `backward()`). An
+        event recorded after the write counts when some code waits on an event. Writes and reads are matched by
+        access path: the same `self.<attr>` within a class family, the same local variable (closures included),
+        or the same specific attribute name (`param.ds_secondary_tensor`); generic names like `.data`, `.grad`
+        and `.weight` never match by name alone.
 
     Why it is bad:
         Streams run independently. A kernel (or NCCL collective, which waits only for the stream it was issued
