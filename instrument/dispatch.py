@@ -106,12 +106,6 @@ def build_plan(func: Any) -> OpPlan:
     return OpPlan(name, ACCESS, tuple(reads), tuple(writes), fresh, len(schema.returns) == 1)
 
 
-def _argument(args: tuple, kwargs: dict, position: int, name: str) -> Any:
-    if 0 <= position < len(args):
-        return args[position]
-    return kwargs.get(name)
-
-
 def _collect(value: Any, out: list) -> None:
     if isinstance(value, torch.Tensor):
         out.append(value)
@@ -143,15 +137,20 @@ def byte_range(tensor: torch.Tensor) -> tuple[int, int, int] | None:
         return None  # sparse, meta, fake, or other tensors without plain storage
 
 
+def tensors_of(where: tuple, args: tuple, kwargs: dict) -> list:
+    """The tensors in the arguments a plan names (lists and optionals walked), in schema order."""
+    tensors: list = []
+    n_args = len(args)
+    for position, name in where:
+        value = args[position] if 0 <= position < n_args else kwargs.get(name)
+        if value is not None:
+            _collect(value, tensors)
+    return tensors
+
+
 def tensor_accesses(plan: OpPlan, args: tuple, kwargs: dict) -> tuple[list, list]:
-    """The tensors an op reads and writes per its plan (device-agnostic: used by the mode and the CPU tests)."""
-    reads: list = []
-    writes: list = []
-    for position, name in plan.reads:
-        _collect(_argument(args, kwargs, position, name), reads)
-    for position, name in plan.writes:
-        _collect(_argument(args, kwargs, position, name), writes)
-    return reads, writes
+    """The tensors an op reads and writes per its plan (device-agnostic)."""
+    return tensors_of(plan.reads, args, kwargs), tensors_of(plan.writes, args, kwargs)
 
 
 def fresh_outputs(plan: OpPlan, out: Any) -> list:
@@ -169,43 +168,14 @@ def fresh_outputs(plan: OpPlan, out: Any) -> list:
 class AccessCollector:
     """Turns tensors into the (storage, start, end) ranges the sink wants, and finds the op's device."""
 
-    __slots__ = ("pinned", "device", "touches_host")
+    __slots__ = ("pinned", "device")
 
     def __init__(self, pinned: PinnedMemory) -> None:
         self.pinned = pinned
         self.device = -1
-        self.touches_host = False
 
     def ranges_of_arguments(self, where: tuple, args: tuple, kwargs: dict) -> list:
-        """ranges_of() the tensors in the arguments a plan names, without building the tensor list first."""
-        ranges: list = []
-        n_args = len(args)
-        for position, name in where:
-            value = args[position] if 0 <= position < n_args else kwargs.get(name)
-            if value is None:
-                continue
-            if isinstance(value, torch.Tensor):
-                self._add(value, ranges)
-            else:
-                tensors: list = []
-                _collect(value, tensors)
-                for tensor in tensors:
-                    self._add(tensor, ranges)
-        return ranges
-
-    def _add(self, tensor: torch.Tensor, ranges: list) -> None:
-        rng = byte_range(tensor)
-        if rng is None:
-            return
-        device = tensor.get_device()
-        if device >= 0:
-            if self.device < 0:
-                self.device = device
-        elif self.pinned.is_pinned(tensor, rng[0]):
-            self.touches_host = True
-        else:
-            return
-        ranges.append(rng)
+        return self.ranges_of(tensors_of(where, args, kwargs))
 
     def ranges_of(self, tensors: list, fresh: bool = False) -> list:
         ranges = []
@@ -217,9 +187,7 @@ class AccessCollector:
             if device >= 0:
                 if self.device < 0:
                     self.device = device
-            elif self.pinned.is_pinned(tensor, rng[0], fresh):
-                self.touches_host = True
-            else:
+            elif not self.pinned.is_pinned(tensor, rng[0], fresh):
                 continue
             ranges.append(rng)
         return ranges
