@@ -59,3 +59,24 @@ def test_every_example_folder_at_once(in_examples, capsys):
                 for folder, rule, _, _ in PAIRS]
     assert code == 1
     assert sorted(found) == sorted(expected)
+
+
+def test_hazard_facts_come_back_from_the_facts_cache(tmp_path, monkeypatch, capsys):
+    """Edit one file between two cached scans: the other files' hazard facts are read from the cache (JSON) and
+    still give their findings."""
+    for folder, *_ in PAIRS:
+        for name in ("racy.py", "fixed.py"):
+            target = tmp_path / folder / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text((EXAMPLES / folder / name).read_text())
+    monkeypatch.chdir(tmp_path)
+    cache = str(tmp_path / ".cache")
+    _, first, _ = scan_json(capsys, "--cache-dir", cache, ".")
+    edited = tmp_path / "host_read_after_d2h" / "fixed.py"
+    edited.write_text(edited.read_text() + "\n# edited\n")
+    _, second, _ = scan_json(capsys, "--cache-dir", cache, "--jobs", "2", ".")
+    expected = sorted((rule, f"{folder}/racy.py", _marked_line(EXAMPLES / folder / "racy.py", "race"))
+                      for folder, rule, _, _ in PAIRS)
+    assert sorted((r, p, line) for r, p, line, _ in positions(first)) == expected
+    assert sorted((r, p, line) for r, p, line, _ in positions(second)) == expected
+    assert [f["message"] for f in second["findings"]] == [f["message"] for f in first["findings"]]
