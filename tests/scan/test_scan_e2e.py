@@ -100,6 +100,15 @@ def test_collectives_and_sync_callables_options(project, capsys):
     assert (code, doc["findings"]) == (0, [])
 
 
+def test_generic_attributes_option(project, capsys):
+    # Declared generic, `.ds_secondary_tensor` no longer pairs a write and a read on different owners by name alone.
+    write_tree(project, {"part.py": RACY})
+    assert scan_json(capsys, "--no-cache", ".")[0] == 1
+    (project / "pyproject.toml").write_text('[tool.streamcheck]\ngeneric-attributes = ["ds_secondary_tensor"]\n')
+    code, doc, _ = scan_json(capsys, "--no-cache", ".")
+    assert (code, doc["findings"]) == (0, [])
+
+
 def test_select_ignore_and_per_file_ignores(project, capsys):
     write_tree(project, {"part.py": RACY})
     assert scan_json(capsys, "--no-cache", "--ignore", "SC1", ".")[0] == 0
