@@ -134,6 +134,9 @@ class HazardCollector:
             for elt in _elements(expr):
                 if isinstance(elt, (ast.Name, ast.Attribute, ast.Subscript, ast.Starred, ast.Call)):
                     if isinstance(elt, ast.Call) and not _is_view_call(elt, self.view_methods):
+                        temporary = self._unbound_copy(elt)  # `int(x.cpu(non_blocking=True))`
+                        if temporary:
+                            self._use(temporary, how, elt)
                         continue  # its own call: seen separately
                     if self._is_module(elt):
                         continue
@@ -207,7 +210,7 @@ class HazardCollector:
         if method in self.metadata_methods or method in self.view_methods or method == "synchronize":
             self._mark(receiver)
             return
-        path = self._mark(receiver)
+        path = self._mark(receiver) or self._unbound_copy(receiver)  # `x.to("cpu", non_blocking=True).tolist()`
         if method == "record_stream":
             if path:
                 self._use(path, "record_stream", node, ast.unparse(node.args[0]) if node.args else "")
@@ -243,6 +246,16 @@ class HazardCollector:
         if path:
             self._use(path, how, node, method, at_end=how == "free")
         self._arguments(node, "write" if method in FILLER_NAMES else "read")
+
+    def _unbound_copy(self, expr: ast.AST) -> str | None:
+        """For a non_blocking `.to(...)` / `.cpu()` / `.cuda()` whose result is used right away, a name for that
+        temporary result (`(to@12:9)`), bound so the copy records it as its destination."""
+        if not (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute)
+                and expr.func.attr in ("to", "cpu", "cuda") and is_true(_keyword(expr, "non_blocking"))):
+            return None
+        name = f"({expr.func.attr}@{expr.lineno}:{expr.col_offset + 1})"
+        self.bound_to[id(expr)] = name
+        return name
 
     def _async_copy(self, node: ast.Call, method: str, path: str | None, keywords: dict) -> None:
         if method == "copy_":
@@ -401,6 +414,10 @@ class HazardCollector:
 
 def _is_view_call(node: ast.AST, view_methods: frozenset[str]) -> bool:
     return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in view_methods
+
+
+def _keyword(call: ast.Call, name: str) -> ast.AST | None:
+    return next((k.value for k in call.keywords if k.arg == name), None)
 
 
 def _is_numpy_view(node: ast.AST) -> bool:

@@ -44,10 +44,11 @@ def exclusive(facts: FunctionFacts, first: int, second: int) -> bool:
 
 def uses_after(facts: FunctionFacts, path: str, line: int, end_line: int | None = None) -> Iterator[Use]:
     """Uses of `path` after the statement spanning `line`..`end_line`, in source order, minus the other arm of an
-    if/else holding `line`."""
+    if/else holding `line`. A temporary (`(to@12:9)`, the unbound result of a copy) is used where it is made."""
     last = end_line or line
+    temporary = path.startswith("(")
     for use in sorted((u for u in facts.uses if u.path == path), key=lambda u: (u.line, u.column)):
-        if use.line > last and not exclusive(facts, line, use.line):
+        if (temporary or use.line > last) and not exclusive(facts, line, use.line):
             yield use
 
 

@@ -76,6 +76,13 @@ def fetch(d, loss):
     value = loss.item()
     print(h.numpy(), value)
 """,
+        # Chained device-side use of a host-to-device copy.
+        """
+import torch
+
+def norms(grads):
+    return [g.to("cuda", non_blocking=True).double().norm(2) for g in grads]
+""",
         # A host-to-device copy is no device-to-host copy; returning the buffer leaves the wait to the caller.
         """
 import torch
@@ -118,6 +125,13 @@ def fetch(d, fast):
     ]
 
     INVALID = [
+        # Read in the same expression: the copy has surely not landed.
+        """
+import torch
+
+def counts(tokens_per_expert):
+    return tokens_per_expert.to("cpu", non_blocking=True).tolist()  # expect: SC102
+""",
         """
 import torch
 
@@ -159,15 +173,17 @@ class Offload:
                 for use in uses_after(facts, copy.dst, copy.line, copy.end_line):
                     if use.how in UNTRACKED:
                         break
-                    if use.how in ("stream", "wait", "record_stream") or (use.line, use.path) in copy_lines:
+                    if use.how in ("stream", "wait", "record_stream") or (
+                            use.arg == "copy_" and (use.line, use.path) in copy_lines):
                         continue  # ordered on the stream after the copy, or not a data access
                     if host_blocked_between(program, function, copy.line, use.line, {copy.dst}):
                         break
                     what = f"`.{use.arg}()`" if use.how == "host" else ("written" if use.how == "write" else "read")
                     verb = f"read by {what}" if use.how == "host" else what
+                    name = f"the result of `.{copy.op}()`" if copy.dst.startswith("(") else f"`{copy.dst}`"
                     yield Finding(
                         rule=self.id,
-                        message=(f"`{copy.dst}` is {verb} on the host while the non_blocking device-to-host copy "
+                        message=(f"{name} is {verb} on the host while the non_blocking device-to-host copy "
                                  f"into it (line {copy.line}) may still be running: no synchronize in between"),
                         primary=location(function, use.line, use.column, ROLE_READ,
                                          f"host use in {facts.qualname}"),
