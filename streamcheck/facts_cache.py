@@ -6,7 +6,8 @@ stamp of the rules' source files (a rules edit in a development checkout must no
 options' cache_key() (extra stream contexts change what a file's Facts hold). Keys never need invalidation: a change
 makes a new key. The last-scan entry is keyed by every file's path and hash plus select/ignore and the same stamp
 and options; it holds the findings before per-file ignores, suppressions and the baseline, which are re-applied.
-Entries are written atomically; a cache that cannot be written is silently not used. Everything is JSON: a cache
+Entries are written atomically; a cache that cannot be written is silently not used. After a scan that extracted
+something, entries it did not use and that are older than two weeks are deleted, so the cache does not grow forever. Everything is JSON: a cache
 in a checked-out repository must never be able to run code (no pickle).
 """
 
@@ -16,6 +17,7 @@ import hashlib
 import json
 import os
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +58,30 @@ class FactsCache:
 
     def put(self, key: str, entry: dict[str, Any]) -> None:
         self._write(self._file(key), entry)
+
+    def prune(self, keep: set[str], max_age_days: float = 14) -> int:
+        """Delete Facts entries this scan did not use that are older than `max_age_days` (files long edited away,
+        old option sets, old streamcheck versions), and leftovers of interrupted writes. Returns how many."""
+        cutoff = time.time() - max_age_days * 86400
+        removed = 0
+        try:
+            shards = list(os.scandir(self.directory / "facts"))
+        except OSError:
+            return 0
+        for shard in shards:
+            try:
+                entries = list(os.scandir(shard.path))
+            except OSError:
+                continue
+            for entry in entries:
+                key = entry.name.split(".", 1)[0]
+                try:
+                    if key not in keep and entry.stat().st_mtime < cutoff:
+                        os.unlink(entry.path)
+                        removed += 1
+                except OSError:
+                    pass
+        return removed
 
     # -- the last scan ------------------------------------------------------------------------------------------
     def scan_key(self, identity: list[str], select: tuple[str, ...], ignore: tuple[str, ...]) -> str:

@@ -250,6 +250,8 @@ def _analyze_files(read, config, backend: RulesBackend, cache, jobs, progress, r
     for file, source, outcome in _extract_all(to_extract, backend, cache, jobs, progress):
         result.parsed += 1
         _take_outcome(outcome, file, source, backend, facts_list, findings)
+    if cache and to_extract:  # something changed: a good moment to drop what no scan has used for a while
+        cache.prune({cache.key(file.display, source.digest) for file, source in read})
     enabled = [rule_id for rule_id in backend.rule_ids if config.rule_enabled(rule_id)]
     if facts_list and enabled:
         findings.extend(backend.analyze(facts_list, backend.options, enabled))

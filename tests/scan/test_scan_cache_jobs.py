@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -156,3 +158,22 @@ def test_progress_bar_only_on_a_terminal_and_only_after_a_second(monkeypatch):
     progress(10, 10)
     progress.close()
     assert "scanning" in terminal.getvalue()
+
+
+def test_old_unused_entries_are_pruned_after_a_scan_that_extracted(tree):
+    _scan(tree)
+    entries = {p.stem: p for p in (tree / "cache" / "facts").rglob("*.json")}
+    assert len(entries) == 21
+    month_ago = time.time() - 30 * 86400
+    for path in entries.values():
+        os.utime(path, (month_ago, month_ago))  # all old; all still used by the tree
+    write_tree(tree, {"m01.py": "y = 1\n"})  # one change: m01's old entry is now unused
+    result = _scan(tree)
+    assert result.parsed == 1
+    left = {p.stem for p in (tree / "cache" / "facts").rglob("*.json")}
+    assert len(left) == 21  # 20 old-but-used kept, m01's old entry gone, its new one written
+    assert len(left - set(entries)) == 1 and len(set(entries) - left) == 1
+    # A fresh unused entry survives (another scan root may use it tomorrow).
+    write_tree(tree, {"m01.py": "y = 2\n"})
+    _scan(tree)
+    assert len(list((tree / "cache" / "facts").rglob("*.json"))) == 22
