@@ -6,8 +6,9 @@ its current function, stream region and conditional block already set. The colle
   record_stream, wait); a parent that already accounted for a child (the receiver of `x.copy_`, the path in
   `x.shape`, an assignment target) marks it so the child is not counted again;
 - `Placement`: `path = <expr>` when the expression says where the tensor lives or that it is freshly allocated;
-- `AsyncCopy`: `non_blocking=True` copies; `AsyncWork`: collectives called with `async_op=True`, with the name or
-  list their handle goes to; `branches`: if/else pairs.
+- `AsyncCopy`: `non_blocking=True` copies (a result used right away, `x.to("cpu", non_blocking=True).tolist()`,
+  gets a temporary name such as `(to@12:9)`); `AsyncWork`: collectives called with `async_op=True`, with the name
+  or list their handle goes to; `branches`: if/else pairs.
 At the end of the file, uses of names no hazard can involve are dropped, so the cached facts stay small.
 """
 

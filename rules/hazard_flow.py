@@ -112,12 +112,15 @@ def host_blocked_between(program: Program, function: Function, start: int, end: 
     those in `skip` (which live on the host), or a call whose exactly resolved callee does one of these."""
     for sync in function.facts.syncs:
         if sync.kind in HOST_BLOCKING_SYNCS and start < sync.line < end and covers(sync.block, end):
-            if sync.kind == "host_sync" and sync.receiver.split(".")[0] in skip | {s.split(".")[0] for s in skip}:
-                continue
-            if sync.kind == "host_sync" and sync.receiver in skip:
-                continue
+            if sync.kind == "host_sync" and _on_path(sync.receiver, skip):
+                continue  # `.item()` of a host tensor waits for nothing
             return True
     return _calls_between(program, function, start, end, _blocks_host)
+
+
+def _on_path(receiver: str, paths: set[str]) -> bool:
+    """Whether a receiver's text (`h`, `h[]`, `self.buf.view()`) starts with one of `paths`."""
+    return any(receiver == p or receiver.startswith((p + ".", p + "[")) for p in paths)
 
 
 def stream_ordered_between(program: Program, function: Function, start: int, end: int) -> bool:

@@ -84,10 +84,17 @@ def test_sc102_item_on_the_host_buffer_is_a_read_not_a_sync():
         h = torch.empty(1, pin_memory=True)
         h.copy_(d, non_blocking=True)
         return h.item()
+
+    def peek_first(d):
+        h = torch.empty(4, pin_memory=True)
+        h.copy_(d, non_blocking=True)
+        first = h[0].item()
+        return h[1] + first
     """
-    [finding] = _found({"m.py": source})
-    assert (finding.rule, finding.primary.line) == ("SC102", line_of(source, "return h.item()"))
-    assert "read by `.item()`" in finding.message
+    findings = _found({"m.py": source})
+    assert [(f.rule, f.primary.line) for f in findings] == [
+        ("SC102", line_of(source, "return h.item()")), ("SC102", line_of(source, "first = h[0].item()"))]
+    assert all("read by `.item()`" in f.message for f in findings)
 
 
 # --- SC103 ----------------------------------------------------------------------------------------------------------
