@@ -98,7 +98,11 @@ def measure(root: Path, args: argparse.Namespace) -> int:
           f"{os.cpu_count()} cores; python {sys.version.split()[0]}")
 
     ast_s = _time(lambda: [ast.parse(t) for t in texts])
-    import libcst  # noqa: F401  (imported before timing: the floor is parsing, not importing)
+    try:
+        import libcst  # noqa: F401  (imported before timing: the floor is parsing, not importing)
+    except ImportError:
+        print("scan_speed: libcst is the reference parser of this benchmark: pip install -e '.[bench]'", file=sys.stderr)
+        return 2
 
     cst_1 = _time(lambda: [_parse_cst(t) for t in texts])
     with ProcessPoolExecutor(args.jobs) as pool:

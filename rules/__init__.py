@@ -1,1 +1,1 @@
-"""Static analysis: libcst facts per file, a whole-program view, and one rule per module."""
+"""Static analysis: facts per file (one `ast` pass), a whole-program view, and one rule per module."""
