@@ -125,9 +125,9 @@ class HazardCollector:
         return path
 
     def _is_module(self, expr: ast.AST) -> bool:
-        root = expr
-        while isinstance(root, (ast.Attribute, ast.Call, ast.Subscript)):
-            root = root.func if isinstance(root, ast.Call) else root.value
+        root = expr  # `torch.cuda`, `dist.ReduceOp.SUM`; not what a call returns
+        while isinstance(root, (ast.Attribute, ast.Subscript)):
+            root = root.value
         return isinstance(root, ast.Name) and root.id in self.v.facts.imports
 
     def _arguments(self, node: ast.Call, how: str) -> None:
@@ -212,6 +212,12 @@ class HazardCollector:
             self._mark(receiver)
             return
         path = self._mark(receiver) or self._unbound_copy(receiver)  # `x.to("cpu", non_blocking=True).tolist()`
+        if path is None and isinstance(receiver, ast.Call):
+            # `dist.all_reduce(t, async_op=True).wait()`, `fut = dist.all_reduce(...).get_future()`: the handle
+            # is not dropped; it is waited here or lives on in what this call returns.
+            path = self.bound_to.get(id(node)) if method != "wait" else None
+            path = path or f"({method}@{node.lineno}:{node.col_offset + 1})"
+            self.bound_to[id(receiver)] = path
         if method == "record_stream":
             if path:
                 self._use(path, "record_stream", node, ast.unparse(node.args[0]) if node.args else "")

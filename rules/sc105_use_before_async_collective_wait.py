@@ -80,6 +80,16 @@ def gather(out, scale_out, shard, scale, group, rs):
     rs_handle.wait()
     return scale_out.sum()
 """,
+        # Waited in the same expression, or through a future.
+        """
+import torch.distributed as dist
+
+def reduce(t, n):
+    dist.all_reduce(t, async_op=True).wait()
+    fut = dist.all_reduce(t, async_op=True).get_future()
+    fut.wait()
+    return t / n
+""",
         # Touching only metadata, or another tensor, is fine; so is waiting in a helper.
         """
 import torch.distributed as dist
@@ -142,7 +152,7 @@ def gather(out, shard, group):
         # The handle and the lists it was appended to (`handles.append(work)`; waited as `for h in handles`).
         handles = {work.handle} | {u.arg for u in facts.uses if u.path == work.handle and u.how == "escape"}
         waits = [u.line for u in facts.uses if work.handle and u.path in handles and u.how == "wait"
-                 and u.line > work.end_line]
+                 and u.line >= work.line]  # a handle exists only after its call: any wait of it comes later
         first_wait = min(waits, default=None)
         for use in uses_after(facts, tensor, work.line, work.end_line):
             if first_wait is not None and use.line >= first_wait:
