@@ -80,7 +80,7 @@ def merge(inputs: Iterable[str | Path]) -> MergedReport:
         if rank not in ranks_with_findings_file:
             runs.append((rank, _findings_of_trace(trace, report)))
             report.ranks.add(rank)
-    report.findings = _combine(runs)
+    report.findings = combine(runs)
     return report
 
 
@@ -186,9 +186,8 @@ def _read_findings(path: Path, report: MergedReport) -> list[tuple[int, dict[str
 
 
 def _findings_of_trace(trace: TraceInput, report: MergedReport) -> dict[str, Finding]:
-    """Replay a trace through the online detector: its races, deduplicated by fingerprint, with counts."""
+    """Replay a trace through the online detector: its races as findings (race_findings)."""
     from streamcheck.instrument.detector import Detector
-    from streamcheck.instrument.races import Names, race_finding
     from streamcheck.instrument.trace import TraceError, read_trace, replay
 
     detector = Detector()
@@ -196,11 +195,19 @@ def _findings_of_trace(trace: TraceInput, report: MergedReport) -> dict[str, Fin
         replay(read_trace(trace.path), detector)
     except TraceError as exc:
         report.warnings.append(f"{exc} (races up to there are kept)")
+    return race_findings(detector, trace.rank)
+
+
+def race_findings(detector, rank: int) -> dict[str, Finding]:
+    """The races a replayed detector found, as the watch reports them (rank, stacks), deduplicated by fingerprint:
+    the first race of each, with `count` the number of races of that fingerprint. Also for `streamcheck analyze`."""
+    from streamcheck.instrument.races import Names, race_finding
+
     names = Names.of(detector)
     found: dict[str, Finding] = {}
     for race in detector.races:
         finding = race_finding(race, names)
-        extra = {**finding.extra, "rank": trace.rank,
+        extra = {**finding.extra, "rank": rank,
                  "earlier_stack": _stack(detector.sites, race.earlier.site),
                  "later_stack": _stack(detector.sites, race.later.site)}
         finding = replace(finding, extra=extra)
@@ -215,7 +222,8 @@ def _stack(sites: dict, site: int) -> list[str]:
 
 
 # ---- merging ----------------------------------------------------------------------------------------------------
-def _combine(runs: list[tuple[int, dict[str, Finding]]]) -> list[Finding]:
+def combine(runs: list[tuple[int, dict[str, Finding]]]) -> list[Finding]:
+    """(rank, fingerprint -> finding) per run -> each finding once, with ranks, counts_by_rank and steps."""
     first: dict[str, Finding] = {}
     counts_by_rank: dict[str, dict[int, int]] = {}
     steps: dict[str, set] = {}

@@ -1,9 +1,10 @@
 """`streamcheck analyze TRACE`: replay a recorded trace through the online detector and report every race.
 
-Each race is printed with both sites (the later access is the finding's position, the earlier one a related
-location) and the missing happens-before edge. Races that repeat (same kind, sites, ops and actors, e.g. every
-training step) are reported once with a count. `--graph out.dot` writes, for each reported race, the witness
-subgraph of the happens-before graph (streamcheck.hb) as a Graphviz digraph, all in one file.
+The races become findings as in `streamcheck report` (streamcheck/merge.py race_findings: a race that repeats, e.g.
+every training step, is one finding with a count) and are told in the same words and layout (report/runtime.py
+enrich, report/runtime_text.py), with stream and tensor names from the trace; a summary line with the trace's rank,
+its event count and the number of race occurrences closes the text. `--graph out.dot` writes, for each finding, the
+witness subgraph of the happens-before graph (streamcheck.hb) as a Graphviz digraph, all in one file.
 Exit 0: no race; 1: races; 2: the trace cannot be read.
 """
 
@@ -21,14 +22,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from streamcheck.findings import Finding
-    from streamcheck.instrument.detector import Detector, Race
-    from streamcheck.instrument.races import Names, race_finding
+    from streamcheck.instrument.detector import Detector
     from streamcheck.instrument.trace import TraceError, read_trace, replay
+    from streamcheck.merge import combine, race_findings
+    from streamcheck.report.runtime import TraceNames, enrich
 
     detector = Detector()
+    names = TraceNames()
+
+    def events():  # one pass over the trace: the detector replays it, names are collected on the way
+        for event in read_trace(args.trace):
+            names.add(event)
+            yield event
+
     try:
-        header = replay(read_trace(args.trace), detector)
+        header = replay(events(), detector)
     except TraceError as exc:
         message = str(exc)
         if not message.startswith(args.trace):
@@ -36,22 +44,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"streamcheck analyze: {message}", file=sys.stderr)
         return 2
 
-    distinct: dict[tuple, list[Race]] = {}
-    for race in detector.races:
-        e, l = race.earlier, race.later
-        key = (race.kind, e.site, l.site, e.op, l.op, e.actor, l.actor, e.is_write, l.is_write)
-        distinct.setdefault(key, []).append(race)
-    names = Names.of(detector)
-    findings: list[Finding] = []
-    for group in distinct.values():
-        finding = race_finding(group[0], names)
-        if len(group) > 1:
-            finding = Finding(**{**finding.__dict__, "count": len(group)})
-        findings.append(finding)
+    rank = _int(header.get("rank"))
+    world_size = _int(header.get("world_size"))
+    findings = [enrich(finding, names, world_size) for finding in combine([(rank, race_findings(detector, rank))])]
 
     if args.graph:
         try:
-            _write_graph(args.trace, [group[0] for group in distinct.values()], args.graph)
+            _write_graph(args.trace, findings, args.graph)
         except OSError as exc:
             print(f"streamcheck analyze: cannot write {args.graph}: {exc.strerror or exc}", file=sys.stderr)
             return 2
@@ -63,24 +62,31 @@ def run(args: argparse.Namespace) -> int:
     return 1 if findings else 0
 
 
-def _write_graph(trace: str, races: list, out_path: str) -> None:
+def _int(value) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _write_graph(trace: str, findings: list, out_path: str) -> None:
     from streamcheck.hb import HappensBefore
     from streamcheck.instrument.trace import read_trace
+    from streamcheck.report.graph import race_of
 
     hb = HappensBefore.from_events(read_trace(trace), find_races=False)
     with open(out_path, "w") as out:
-        if not races:
+        if not findings:
             out.write("digraph race {\n  label=\"no race\";\n}\n")
-        for k, race in enumerate(races):
-            out.write(hb.witness_dot(hb.witness(race), name=f"race_{k + 1}"))
+        for k, finding in enumerate(findings):
+            out.write(hb.witness_dot(hb.witness(race_of(finding)), name=f"race_{k + 1}"))
 
 
 def _summary(header: dict, findings: list, races: int) -> dict:
-    by_rule: dict[str, int] = {}
-    for finding in findings:
-        by_rule[finding.rule] = by_rule.get(finding.rule, 0) + 1
+    from streamcheck.report import count_by_rule
+
     return {"events": header.get("events", 0), "skipped_events": header.get("skipped_events", 0),
-            "races": races, "findings": len(findings), "by_rule": dict(sorted(by_rule.items()))}
+            "races": races, "findings": len(findings), "by_rule": count_by_rule(findings)}
 
 
 def _write_json(trace: str, header: dict, findings: list, races: int) -> None:
@@ -98,18 +104,19 @@ def _write_json(trace: str, header: dict, findings: list, races: int) -> None:
 
 
 def _write_text(trace: str, header: dict, findings: list, races: int) -> None:
+    """Each race as `streamcheck report` lays it out, then this command's own summary line."""
     import os
 
-    from rich.console import Console
     from rich.text import Text
 
-    from streamcheck.report.text import render_finding
+    from streamcheck.report import ReportContext
+    from streamcheck.report.text import make_console, render
 
     color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
-    console = Console(file=sys.stdout, highlight=False, soft_wrap=True, emoji=False, force_terminal=color,
-                      no_color=not color, color_system="auto" if color else None)
+    console = make_console(sys.stdout, color)
+    context = ReportContext(runtime_layout=True, color=color)
     for finding in findings:
-        console.print(render_finding(finding))
+        console.print(render(finding, context))
     summary = _summary(header, findings, races)
     where = f"{trace} (rank {header.get('rank', '?')}, {summary['events']} events)"
     if not findings:
@@ -117,4 +124,5 @@ def _write_text(trace: str, header: dict, findings: list, races: int) -> None:
         return
     by_rule = ", ".join(f"{rule} x{n}" for rule, n in summary["by_rule"].items())
     noun = "race" if len(findings) == 1 else "distinct races"
-    console.print(Text(f"Found {len(findings)} {noun} ({races} occurrence{'s' if races != 1 else ''}) in {where}: {by_rule}.", style="bold"))
+    console.print(Text(f"Found {len(findings)} {noun} ({races} occurrence{'s' if races != 1 else ''}) in {where}: "
+                       f"{by_rule}.", style="bold"))

@@ -98,15 +98,21 @@ def _write(args: argparse.Namespace, findings: list, merged) -> None:
 
 def write_merged(findings: list, merged, fmt: str, out, color: bool = False) -> None:
     """Write merged runtime findings (enriched_findings) in one of the formats; also for `streamcheck run`."""
+    from streamcheck.report import write_report
+
+    write_report(fmt, findings, out, runtime_context(merged, color))
+
+
+def runtime_context(merged, color: bool = False):
+    """The ReportContext of runtime findings: the SC2xx rules, the runtime text layout, "N ranks" as the scope."""
     from streamcheck.cli import _version
-    from streamcheck.report import ReportContext, write_report
+    from streamcheck.report import ReportContext
     from streamcheck.report.runtime import RUNTIME_RULES
 
     ranks = sorted(merged.ranks)
     scope = f"{len(ranks)} rank{'s' if len(ranks) != 1 else ''}" if ranks else "no rank"
-    context = ReportContext(tool_version=_version(), rules=dict(RUNTIME_RULES), scope=scope, runtime_layout=True,
-                            color=color)
-    write_report(fmt, findings, out, context)
+    return ReportContext(tool_version=_version(), rules=dict(RUNTIME_RULES), scope=scope, runtime_layout=True,
+                         color=color)
 
 
 def _is_tty(stream) -> bool:

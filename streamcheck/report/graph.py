@@ -105,12 +105,10 @@ def graph_from_finding(finding: Finding) -> RaceGraph:
 def graph_from_trace(finding: Finding, trace_path: Path) -> RaceGraph | str:
     """hb.py's witness subgraph for the finding, or why it cannot be drawn from this trace."""
     from streamcheck.hb import HappensBefore
-    from streamcheck.instrument.detector import Access, Race
     from streamcheck.instrument.trace import EVENTS, read_trace
 
     extra = finding.extra
-    earlier_data, later_data = extra["earlier"], extra["later"]
-    limit = int(later_data.get("seq", -1))
+    limit = int(extra["later"].get("seq", -1))
     if limit < 0:
         return "The finding does not say where in the trace its accesses are: only they are drawn."
     if limit > MAX_TRACE_EVENTS:
@@ -126,16 +124,10 @@ def graph_from_trace(finding: Finding, trace_path: Path) -> RaceGraph | str:
             hb.add(event, seq)
         seq += 1
 
-    def access(data: dict) -> Access:
-        return Access(str(data["actor"]), str(data.get("thread", "")), bool(data.get("is_write")),
-                      int(data.get("site", -1)), str(data.get("op", "")), int(data.get("seq", -1)), 0,
-                      str(data.get("stream") or ""))
-
-    earlier, later = access(earlier_data), access(later_data)
+    race = race_of(finding)
+    earlier, later = race.earlier, race.later
     if (earlier.seq, earlier.actor) not in hb.access_nodes or (later.seq, later.actor) not in hb.access_nodes:
         return f"The trace {trace_path} does not hold this finding's accesses: only they are drawn."
-    race = Race(finding.kind, int(extra.get("storage", 0)), int(extra.get("start", 0)), int(extra.get("end", 0)),
-                earlier, later)
     witness = hb.witness(race)
     sub = hb.witness_subgraph(witness)
     view = describe(finding)
@@ -156,6 +148,20 @@ def graph_from_trace(finding: Finding, trace_path: Path) -> RaceGraph | str:
     order = _lane_order([n.actor for n in nodes], [earlier.actor, witness.waiter, later.actor])
     lanes = {actor: stream_label(actor, names, world) for actor in order}
     return RaceGraph(_title(finding), view.tensor, lanes, nodes, edges, True, view.fix)
+
+
+def race_of(finding: Finding):
+    """The detector's Race a runtime finding was made from (its accesses' trace positions are in `extra`)."""
+    from streamcheck.instrument.detector import Access, Race
+
+    def access(data: dict) -> Access:
+        return Access(str(data["actor"]), str(data.get("thread", "")), bool(data.get("is_write")),
+                      int(data.get("site", -1)), str(data.get("op", "")), int(data.get("seq", -1)), 0,
+                      str(data.get("stream") or ""))
+
+    extra = finding.extra
+    return Race(finding.kind, int(extra.get("storage", 0)), int(extra.get("start", 0)), int(extra.get("end", 0)),
+                access(extra["earlier"]), access(extra["later"]))
 
 
 def _title(finding: Finding) -> str:

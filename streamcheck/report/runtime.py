@@ -323,16 +323,20 @@ class TraceNames:
     def from_events(cls, events) -> "TraceNames":
         names = cls()
         for event in events:
-            name = event.get("e")
-            if name == "stream_name" and "stream" in event:
-                names.streams[str(event["stream"])] = str(event.get("name", ""))
-            elif name == "storage_info" and "storage" in event:
-                names.storages[event["storage"]] = {k: v for k, v in event.items() if k not in ("e", "storage")}
-            elif name == "alloc" and "storage" in event:
-                names.alloc_sites[event["storage"]] = event.get("site", -1)
-            elif name == "site" and "id" in event:
-                names.sites[event["id"]] = event.get("frames") or []
+            names.add(event)
         return names
+
+    def add(self, event: dict) -> None:
+        """Take in one trace event (those that name nothing are ignored); lets a replay collect names on its way."""
+        name = event.get("e")
+        if name == "stream_name" and "stream" in event:
+            self.streams[str(event["stream"])] = str(event.get("name", ""))
+        elif name == "storage_info" and "storage" in event:
+            self.storages[event["storage"]] = {k: v for k, v in event.items() if k not in ("e", "storage")}
+        elif name == "alloc" and "storage" in event:
+            self.alloc_sites[event["storage"]] = event.get("site", -1)
+        elif name == "site" and "id" in event:
+            self.sites[event["id"]] = event.get("frames") or []
 
     def site_text(self, site: int) -> str:
         frames = self.sites.get(site)

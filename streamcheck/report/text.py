@@ -22,14 +22,22 @@ _SEVERITY_STYLE = {"error": "bold red", "warning": "bold yellow"}
 
 
 def write(findings: list[Finding], out: TextIO, context: ReportContext) -> None:
-    console = Console(file=out, highlight=False, soft_wrap=True, emoji=False, force_terminal=context.color,
-                      no_color=not context.color, color_system="auto" if context.color else None)
+    console = make_console(out, context.color)
     for finding in findings:
-        if context.runtime_layout and is_runtime_finding(finding):
-            console.print(render_runtime_finding(finding, _SEVERITY_STYLE.get(finding.severity, "bold cyan")))
-        else:
-            console.print(render_finding(finding))
+        console.print(render(finding, context))
     console.print(summary(findings, context))
+
+
+def make_console(out: TextIO, color: bool) -> Console:
+    return Console(file=out, highlight=False, soft_wrap=True, emoji=False, force_terminal=color, no_color=not color,
+                   color_system="auto" if color else None)
+
+
+def render(finding: Finding, context: ReportContext) -> Text:
+    """One finding's block, in the runtime layout when the context asks for it and the finding has the data."""
+    if context.runtime_layout and is_runtime_finding(finding):
+        return render_runtime_finding(finding, _SEVERITY_STYLE.get(finding.severity, "bold cyan"))
+    return render_finding(finding)
 
 
 def render_finding(finding: Finding) -> Text:

@@ -15,20 +15,44 @@ FIXED = str(TRACES / "scenario26_hpz_fixed.jsonl")
 PP = "deepspeed/runtime/zero/partition_parameters.py"
 
 
+SIDE = "side stream created at partitioned_param_coordinator.py:115 on cuda:0"
+HEADLINE = ("read-after-write race on param.ds_secondary_tensor: c10d::_allgather_base_ on NCCL stream of group [0] "
+            "on cuda:0 reads it at partition_parameters.py:1136, not ordered after aten::copy_ on compute stream "
+            "cuda:0 (write at partition_parameters.py:1643)")
+FIX = (f"add `side.wait_stream(compute)` before the c10d::_allgather_base_ is launched at partition_parameters.py:1136 "
+       f"(side = {SIDE}, compute = compute stream cuda:0); or record an event on compute after "
+       f"partition_parameters.py:1643 and call `side.wait_event(event)` there")
+
+
 def test_text_names_both_sites_and_the_missing_edge(capsys):
     assert main(["analyze", RACY]) == 1
-    out = capsys.readouterr().out
-    lines = out.splitlines()
-    assert lines[0].startswith(f"{PP}:1136:1: SC201 RAW read of param.ds_secondary_tensor torch.bfloat16[4096] "
-                               "bytes [0, 8192) by c10d::_allgather_base_ on nccl:0/0 launched from cuda:0/s3")
-    assert lines[0].endswith("is not ordered after the write by cuda:0/s0 (compute stream) at "
-                             "partition_parameters.py:1643")
-    assert re.search(rf"^  write +{PP}:1643:1  _partition_param_sec$", out, re.M)
-    assert re.search(rf"^  sync +{PP}:1643:1  the missing edge starts after this write: cuda:0/s3 must wait for "
-                     r"cuda:0/s0 here$", out, re.M)
-    assert ("  fix: cuda:0/s3 (side stream created at partitioned_param_coordinator.py:115) waits for cuda:0/s0 "
-            "(compute stream) after partition_parameters.py:1643, before partition_parameters.py:1136") in out
-    assert lines[-1] == f"Found 1 race (1 occurrence) in {RACY} (rank 0, 15 events): SC201 x1."
+    assert capsys.readouterr().out.splitlines() == [
+        f"{PP}:1136:1: SC201 RAW {HEADLINE}",
+        "  tensor   param.ds_secondary_tensor: bfloat16[4096], allocated at partition_parameters.py:1643, "
+        "storage 0x8583b00, race on bytes [0, 8192)",
+        "  write    aten::copy_ on compute stream cuda:0, host thread T1",
+        f"           {PP}:1643 in _partition_param_sec",
+        "           called from partition_parameters.py:1180 in partition",
+        "  read     c10d::_allgather_base_ on NCCL stream of group [0] on cuda:0, launched from "
+        f"{SIDE}, host thread T1",
+        f"           {PP}:1136 in all_gather_coalesced",
+        "           called from partitioned_param_coordinator.py:470 in __all_gather_params_",
+        f"  missing  {SIDE} never waited for compute stream cuda:0 after partition_parameters.py:1643",
+        f"  fix: {FIX}",
+        "  seen once on rank 0",
+        "",
+        f"Found 1 race (1 occurrence) in {RACY} (rank 0, 15 events): SC201 x1.",
+    ]
+
+
+def test_text_is_the_report_layout(capsys):
+    """analyze and `streamcheck report` render a trace's races the same way; only the summary line differs."""
+    main(["analyze", RACY])
+    analyzed = capsys.readouterr().out.splitlines()
+    main(["report", RACY])
+    reported = capsys.readouterr().out.splitlines()
+    assert analyzed[:-1] == reported[:-1]
+    assert reported[-1] == "Found 1 finding in 1 rank: SC201 x1."
 
 
 def test_fixed_twin_is_clean(capsys):
@@ -49,6 +73,13 @@ def test_json(capsys):
     assert finding["extra"]["earlier"]["op"] == "aten::copy_" and finding["extra"]["earlier"]["seq"] == 10
     assert finding["extra"]["later"]["stream"] == "cuda:0/s3" and finding["extra"]["later"]["seq"] == 12
     assert (finding["extra"]["start"], finding["extra"]["end"]) == (0, 8192)
+    assert (finding["message"], finding["fix"]) == (HEADLINE, FIX)  # the words of the text report
+    assert finding["extra"]["streams"] == {"cuda:0/s0": "compute stream",
+                                           "cuda:0/s3": "side stream created at partitioned_param_coordinator.py:115"}
+    assert (finding["extra"]["ranks"], finding["extra"]["counts_by_rank"], finding["count"]) == ([0], {"0": 1}, 1)
+    assert finding["extra"]["later_stack"] == [f"{PP}:1136 in all_gather_coalesced",
+                                               "deepspeed/runtime/zero/partitioned_param_coordinator.py:470 in "
+                                               "__all_gather_params_"]
     assert len(finding["fingerprint"]) == 20
 
 
