@@ -223,6 +223,9 @@ class HazardCollector:
                 self._use(path, "record_stream", node, ast.unparse(node.args[0]) if node.args else "")
             return
         if method == "wait":
+            if isinstance(receiver, ast.Call) and isinstance(receiver.func, ast.Attribute) \
+                    and receiver.func.attr in ("pop", "popleft", "get"):
+                path = self.access_path(receiver.func.value)  # `handles.pop().wait()`
             if path:
                 self._use(path, "wait", node)
                 iterated = self.loop_vars.get(id(self.fn), {}).get(path)

@@ -88,6 +88,9 @@ def reduce(t, n):
     dist.all_reduce(t, async_op=True).wait()
     fut = dist.all_reduce(t, async_op=True).get_future()
     fut.wait()
+    pending = [dist.broadcast(t, 0, async_op=True)]
+    while pending:
+        pending.pop().wait()
     return t / n
 """,
         # Touching only metadata, or another tensor, is fine; so is waiting in a helper.
