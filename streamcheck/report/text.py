@@ -1,5 +1,6 @@
 """`--format text` (default): for each finding its position, rule, message, the source line with a caret, the
-related locations (the write, the read, the stream context, ...), the runtime count and data, and the fix hint.
+related locations (the write, the read, the stream context, ...), the runtime count, the few `extra` facts in
+TEXT_EXTRAS, and the fix hint.
 
 Rendered with rich Text objects (never markup, so `[SC101]` in a message is printed as is); colours only when the
 command says so (a terminal without NO_COLOR).
@@ -19,6 +20,12 @@ from streamcheck.report.runtime import is_runtime_finding
 from streamcheck.report.runtime_text import render_runtime_finding
 
 _SEVERITY_STYLE = {"error": "bold red", "warning": "bold yellow"}
+
+# The `extra` keys this layout shows as rows: what the message and the locations do not already tell a reader (the
+# tensor and the streams of a runtime finding that lacks the runtime layout's data). Every other key is a rule's own
+# data (the written path, the reader stream, the copy's line, the work handle...), repeated in its message: it stays
+# in json and sarif, where tools read it.
+TEXT_EXTRAS = ("streams", "tensor")
 
 
 def write(findings: list[Finding], out: TextIO, context: ReportContext) -> None:
@@ -61,7 +68,8 @@ def render_finding(finding: Finding) -> Text:
         if line:
             text.append(f"  | {line.strip()}", style="dim")
         text.append("\n")
-    for key, value in finding.extra.items():
+    for key in TEXT_EXTRAS:
+        value = finding.extra.get(key)
         if value in ("", None, [], {}):
             continue
         text.append(f"  {key:<15}", style="cyan")

@@ -72,6 +72,8 @@ def test_text_report_of_a_real_finding(project, capsys):
     assert any(line.startswith("  read           part.py:17:") for line in lines)
     assert any(line.startswith("  stream context part.py:15:") for line in lines)
     assert any(line.startswith("  fix: ") and "wait_stream" in line for line in lines)
+    # the rows are the related locations and the fix; the rule's `extra` (path, reader_stream, ...) is json-only
+    assert [line.split()[0] for line in lines[3:-2]] == ["read", "stream", "fix:"]
     assert lines[-1] == "Found 1 finding in 1 file: SC101 x1."
 
 

@@ -31,6 +31,7 @@ STATIC = Finding(
     ),
     fix="Call ag_stream.wait_stream(current_stream) before the all-gather, in coord.py:30.",
     symbol="Init._partition_param_sec",
+    extra={"path": "param.ds_secondary_tensor", "reader_stream": "self.ag_stream", "consumer": "collective"},
 )
 RUNTIME = Finding(
     rule="SC201",
@@ -73,6 +74,7 @@ def test_json_round_trips_findings():
     assert doc["tool"] == {"name": "streamcheck", "version": "9.9.9"}
     assert [Finding.from_dict(f) for f in doc["findings"]] == [STATIC, RUNTIME]
     assert doc["findings"][0]["fingerprint"] == STATIC.fingerprint
+    assert doc["findings"][0]["extra"] == STATIC.extra  # the rule's own data: in json, not in the text
     assert doc["findings"][1]["extra"] == {"streams": ["cuda:0/s1", "cuda:0/s2"], "tensor": "float32[1024]"}
     assert doc["summary"] == {"files": 2, "findings": 2, "by_rule": {"SC101": 1, "SC201": 1}, "suppressed": 0,
                               "baselined": 0, "parsed": 0, "skipped": []}
@@ -100,6 +102,7 @@ def test_sarif_is_valid_against_the_official_schema():
         (1, "stream context with get_accelerator().stream(ag)", 30), (2, "read all_gather_coalesced", 31)]
     assert static["partialFingerprints"] == {"streamcheck/v1": STATIC.fingerprint}
     assert static["properties"]["kind"] == "RAW"
+    assert static["properties"]["extra"] == STATIC.extra
     assert runtime["occurrenceCount"] == 3
     assert runtime["locations"][0]["physicalLocation"]["artifactLocation"] == {"uri": "file:///abs/train.py"}
     assert runtime["properties"]["extra"]["streams"] == ["cuda:0/s1", "cuda:0/s2"]
@@ -114,6 +117,7 @@ def test_sarif_without_findings_is_valid():
 
 
 def test_text_plain_shows_source_related_fix_and_runtime_data():
+    """A static finding's `extra` (path, reader_stream, consumer) is left out; tensor and streams are shown."""
     assert _render("text", [STATIC, RUNTIME]).splitlines() == [
         "pkg/part.py:12:9: SC101 RAW param.ds_secondary_tensor is written on the current stream and read by an "
         "all-gather on a side stream",
