@@ -72,8 +72,8 @@ def merge(inputs: Iterable[str | Path]) -> MergedReport:
             runs.extend(_read_findings(path, report))
         else:
             header = _first_record(path)
-            rank = _int(header.get("rank"))
-            report.world_size = max(report.world_size, _int(header.get("world_size")))
+            rank = int_or_zero(header.get("rank"))
+            report.world_size = max(report.world_size, int_or_zero(header.get("world_size")))
             report.traces.setdefault(rank, TraceInput(path, rank, header))
     ranks_with_findings_file = {rank for rank, _ in runs} | report.ranks
     for rank, trace in sorted(report.traces.items()):
@@ -162,9 +162,9 @@ def _read_findings(path: Path, report: MergedReport) -> list[tuple[int, dict[str
     rank = 0
     for number, record in _lines(path, report):
         if record.get("e") == "header":
-            rank = _int(record.get("rank"))
+            rank = int_or_zero(record.get("rank"))
             report.ranks.add(rank)
-            report.world_size = max(report.world_size, _int(record.get("world_size")))
+            report.world_size = max(report.world_size, int_or_zero(record.get("world_size")))
             current = {}
             runs.append((rank, current))
             continue
@@ -253,11 +253,12 @@ def combine(runs: list[tuple[int, dict[str, Finding]]]) -> list[Finding]:
 def rank_of(finding: Finding) -> int:
     ranks = finding.extra.get("ranks")
     if isinstance(ranks, list) and ranks:
-        return _int(ranks[0])
-    return _int(finding.extra.get("rank"))
+        return int_or_zero(ranks[0])
+    return int_or_zero(finding.extra.get("rank"))
 
 
-def _int(value: Any) -> int:
+def int_or_zero(value: Any) -> int:
+    """A header or finding field as an int; missing or malformed is 0 (rank 0, world size unknown)."""
     try:
         return int(value)
     except (TypeError, ValueError):

@@ -19,12 +19,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("trace", help="a trace written by the runtime (JSONL, optionally .gz)")
     parser.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
     parser.add_argument("--graph", metavar="OUT.dot", help="write the witness subgraph of each race as Graphviz DOT")
+    parser.add_argument("--color", choices=("auto", "always", "never"), default="auto",
+                        help="colour the text report (auto: on a terminal without NO_COLOR)")
 
 
 def run(args: argparse.Namespace) -> int:
     from streamcheck.instrument.detector import Detector
     from streamcheck.instrument.trace import TraceError, read_trace, replay
-    from streamcheck.merge import combine, race_findings
+    from streamcheck.merge import combine, int_or_zero, race_findings
     from streamcheck.report.runtime import TraceNames, enrich
 
     detector = Detector()
@@ -44,8 +46,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"streamcheck analyze: {message}", file=sys.stderr)
         return 2
 
-    rank = _int(header.get("rank"))
-    world_size = _int(header.get("world_size"))
+    rank = int_or_zero(header.get("rank"))
+    world_size = int_or_zero(header.get("world_size"))
     findings = [enrich(finding, names, world_size) for finding in combine([(rank, race_findings(detector, rank))])]
 
     if args.graph:
@@ -58,15 +60,8 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "json":
         _write_json(args.trace, header, findings, len(detector.races))
     else:
-        _write_text(args.trace, header, findings, len(detector.races))
+        _write_text(args.trace, header, findings, len(detector.races), args.color)
     return 1 if findings else 0
-
-
-def _int(value) -> int:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return 0
 
 
 def _write_graph(trace: str, findings: list, out_path: str) -> None:
@@ -103,16 +98,14 @@ def _write_json(trace: str, header: dict, findings: list, races: int) -> None:
     sys.stdout.write("\n")
 
 
-def _write_text(trace: str, header: dict, findings: list, races: int) -> None:
+def _write_text(trace: str, header: dict, findings: list, races: int, color_choice: str) -> None:
     """Each race as `streamcheck report` lays it out, then this command's own summary line."""
-    import os
-
     from rich.text import Text
 
-    from streamcheck.report import ReportContext
+    from streamcheck.report import ReportContext, wants_color
     from streamcheck.report.text import make_console, render
 
-    color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
+    color = wants_color(color_choice, sys.stdout)
     console = make_console(sys.stdout, color)
     context = ReportContext(runtime_layout=True, color=color)
     for finding in findings:

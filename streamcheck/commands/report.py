@@ -11,7 +11,6 @@ Exit: 0 no finding, 1 findings, 2 unusable input.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 
@@ -86,11 +85,11 @@ def enriched_findings(merged) -> list:
 
 
 def _write(args: argparse.Namespace, findings: list, merged) -> None:
+    from streamcheck.report import wants_color
+
     out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
     try:
-        color = args.color == "always" or (args.color == "auto" and not args.output and _is_tty(out)
-                                           and "NO_COLOR" not in os.environ)
-        write_merged(findings, merged, args.format, out, color)
+        write_merged(findings, merged, args.format, out, wants_color(args.color, out, to_file=bool(args.output)))
     finally:
         if args.output:
             out.close()
@@ -114,9 +113,3 @@ def runtime_context(merged, color: bool = False):
     return ReportContext(tool_version=_version(), rules=dict(RUNTIME_RULES), scope=scope, runtime_layout=True,
                          color=color)
 
-
-def _is_tty(stream) -> bool:
-    try:
-        return stream.isatty()
-    except (AttributeError, ValueError):
-        return False

@@ -164,14 +164,12 @@ def _common_start(paths: list[str]) -> str:
 
 
 def _write(args: argparse.Namespace, result, backend) -> None:
-    from streamcheck.report import ReportContext, write_report
+    from streamcheck.report import ReportContext, wants_color, write_report
     from streamcheck.scanning import streamcheck_version
 
     out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
     try:
-        color = args.color == "always" or (
-            args.color == "auto" and not args.output and _is_tty(out) and "NO_COLOR" not in os.environ
-        )
+        color = wants_color(args.color, out, to_file=bool(args.output))
         context = ReportContext(
             tool_version=streamcheck_version(),
             rules=rule_infos(backend) if args.format == "sarif" else {},  # only SARIF lists the rules
@@ -197,13 +195,6 @@ def rule_infos(backend) -> dict:
     return {rule_id: RuleInfo(rule_id, summary, doc) for rule_id, (summary, doc) in sorted(docs.items())}
 
 
-def _is_tty(stream) -> bool:
-    try:
-        return stream.isatty()
-    except (AttributeError, ValueError):
-        return False
-
-
 class _Progress:
     """A rich progress bar on stderr that appears only once extraction has run for a second, and only on a tty."""
 
@@ -217,7 +208,9 @@ class _Progress:
 
     @classmethod
     def maybe(cls, stream) -> "_Progress | None":
-        return cls(stream) if _is_tty(stream) else None
+        from streamcheck.report import is_tty
+
+        return cls(stream) if is_tty(stream) else None
 
     def __call__(self, done: int, total: int) -> None:
         if self._bar is None:

@@ -8,6 +8,7 @@ here knows whether a finding came from a static rule (SC1xx) or the runtime dete
 from __future__ import annotations
 
 import importlib
+import os
 from dataclasses import dataclass, field
 from typing import Iterable, TextIO
 
@@ -49,6 +50,20 @@ def write_report(fmt: str, findings: Iterable[Finding], out: TextIO, context: Re
         raise ValueError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
     module = importlib.import_module(f"streamcheck.report.{FORMATS[fmt]}")
     module.write(list(findings), out, context)
+
+
+def wants_color(choice: str, out: TextIO, to_file: bool = False) -> bool:
+    """A command's `--color auto|always|never`: auto colours a terminal (not an -o file) unless NO_COLOR is set."""
+    if choice == "always":
+        return True
+    return choice == "auto" and not to_file and is_tty(out) and "NO_COLOR" not in os.environ
+
+
+def is_tty(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # no isatty, or closed
+        return False
 
 
 def count_by_rule(findings: Iterable[Finding]) -> dict[str, int]:

@@ -121,3 +121,12 @@ def test_unreadable_trace_is_exit_2(tmp_path, capsys):
     assert err == f"streamcheck analyze: {bad}: event 0: 'kernel' lacks thread, stream\n"
     assert main(["analyze", str(tmp_path / "missing.jsonl")]) == 2
     assert "cannot open" in capsys.readouterr().err
+
+
+def test_colour_only_when_asked(capsys, monkeypatch):
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    assert main(["analyze", RACY]) == 1
+    assert "\x1b[" not in capsys.readouterr().out  # captured stdout is not a terminal
+    assert main(["analyze", RACY, "--color", "always"]) == 1
+    coloured = capsys.readouterr().out
+    assert "\x1b[" in coloured and "Found 1 race (1 occurrence)" in coloured
