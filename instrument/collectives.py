@@ -48,6 +48,8 @@ class CollectiveHooks:
         self._work_type: Any = None
         self._pg_type: Any = None
         self.blocking_wait = os.environ.get("TORCH_NCCL_BLOCKING_WAIT", "0") == "1"
+        self._forgets_works = recorder.sink_has("forget_work")
+        self._named_comms: set[str] = set()
 
     # ---- the dispatcher side -------------------------------------------------------------------------------------
     def _roles(self, func: Any, name: str) -> tuple:
@@ -91,14 +93,14 @@ class CollectiveHooks:
             read_ranges = collector.ranges_of(reads)
             write_ranges = collector.ranges_of(writes)
             device = collector.device
-            rec.begin_op()
+            outer = rec.begin_op()
         except Exception as exc:  # noqa: BLE001
             rec.fail(exc)
             return func(*args, **kwargs)
         try:
             out = func(*args, **kwargs)
         finally:
-            deferred = rec.end_op()
+            deferred = rec.end_op(outer)
         try:
             if device >= 0:
                 work = self._remember_work(out, device)
@@ -106,7 +108,11 @@ class CollectiveHooks:
                 stream = rec.stream_actor(device)
                 comm = f"nccl:{self._group_name(group)}/{device}"
                 site = rec.sites.capture(2)
-                calls = [("collective", (thread, stream, comm, read_ranges, write_ranges, async_op, work, site,
+                calls = []
+                if comm not in self._named_comms:
+                    self._named_comms.add(comm)
+                    calls.append(("stream_name", (comm, self._comm_title(group))))
+                calls += [("collective", (thread, stream, comm, read_ranges, write_ranges, async_op, work, site,
                                          plan.name))]
                 # ProcessGroupNCCL keeps the collective's blocks from reuse until its stream is done with them
                 # (recordStream on that stream, or the tensors held by the Work until wait()): for the allocator,
@@ -131,6 +137,17 @@ class CollectiveHooks:
         except Exception:  # noqa: BLE001 - an unnamed group still gets one actor
             return f"pg{id(group)}"
 
+    def _comm_title(self, group: Any) -> str:
+        """"NCCL stream of group [0, 1]": which ranks take part says more than a group's name."""
+        try:
+            import torch.distributed as dist
+
+            pg = self._pg_type.unbox(group) if isinstance(group, torch.ScriptObject) else group
+            ranks = dist.get_process_group_ranks(pg) if pg is not None else list(range(dist.get_world_size()))
+            return f"NCCL stream of group {sorted(ranks)}"
+        except Exception:  # noqa: BLE001 - a group torch cannot list (already destroyed, not registered)
+            return f"NCCL stream of group {self._group_name(group)}"
+
     def _remember_work(self, out: Any, device: int) -> int:
         work = out[-1] if isinstance(out, (tuple, list)) else out
         if isinstance(work, torch.ScriptObject) and self._work_type is not None:
@@ -150,6 +167,8 @@ class CollectiveHooks:
             return
         _, device = entry
         rec.emit("work_wait", rec.thread_actor(), rec.stream_actor(device), id(work), blocking or self.blocking_wait)
+        if self._forgets_works:
+            rec.emit("forget_work", id(work))  # waited once: its clock would only pile up in a long run
 
     def install(self) -> None:
         try:

@@ -21,6 +21,7 @@ import torch
 import torch.cuda._gpu_trace as gpu_trace
 
 from .recorder import Recorder
+from .sites import UNKNOWN_SITE
 
 _active: Recorder | None = None
 _callbacks_registered = False
@@ -61,7 +62,11 @@ def _memory_allocated(rec: Recorder, ptr: int) -> None:
 
 def _memory_freed(rec: Recorder, ptr: int) -> None:
     rec.fresh_blocks.pop(ptr, None)
-    rec.emit("free", rec.thread_actor(), ptr, rec.sites.capture(2))
+    # About one free per op: most blocks were only ever used by their allocation stream, and such a free can race
+    # with nothing, so its site (a frame walk) is captured only when the detector has something to check.
+    can_race = rec.free_can_race
+    site = rec.sites.capture(2) if can_race is None or can_race(ptr) else UNKNOWN_SITE
+    rec.emit("free", rec.thread_actor(), ptr, site)
 
 
 def _stream_created(rec: Recorder, stream: int) -> None:

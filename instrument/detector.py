@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Optional
 
 from .clocks import Clocks, join
-from .shadow import StorageShadow
+from .shadow import MIXED, StorageShadow
 
 Ranges = Iterable  # of (storage, start, end)
 
@@ -76,7 +76,7 @@ class Allocation:
     stream: Optional[str]
     size: int
     site: int
-    recorded: set
+    recorded: Optional[set] = None  # streams given to record_stream; None until the first
 
 
 def race_kind(earlier: Access, later: Access) -> str:
@@ -195,37 +195,53 @@ class Detector:
         if blocking:
             self.clocks.wait_work(thread, work)
 
+    def forget_work(self, work: int) -> None:
+        """The runtime will never wait for `work` again (its one Work.wait() was reported): drop its clock.
+
+        Bookkeeping, not an event: no sequence number (a trace without it replays to the same `seq`s)."""
+        self.clocks.of_work.pop(work, None)
+
     # ---- memory -----------------------------------------------------------------------------------------------
     def alloc(self, storage: int, size: int, stream: str, site: int = -1) -> None:
         """A new block: a fresh history (whatever was recorded at this address before is gone)."""
         self.seq += 1
         self.shadows.pop(storage, None)
-        self.allocations[storage] = Allocation(stream, size, site, set())
+        self.allocations[storage] = Allocation(stream, size, site)
 
     def record_stream(self, storage: int, stream: str) -> None:
         self.seq += 1
         allocation = self.allocations.get(storage)
         if allocation is None:
-            allocation = self.allocations[storage] = Allocation(None, 0, -1, set())
-        allocation.recorded.add(stream)
+            allocation = self.allocations[storage] = Allocation(None, 0, -1)
+        if allocation.recorded is None:
+            allocation.recorded = {stream}
+        else:
+            allocation.recorded.add(stream)
 
     def free(self, thread: str, storage: int, site: int = -1) -> None:
         seq = self.seq
         self.seq = seq + 1
-        allocation = self.allocations.pop(storage, None)
+        allocation = self.allocations.get(storage)
         shadow = self.shadows.pop(storage, None)
         if allocation is None or allocation.stream is None or shadow is None:
+            self.allocations.pop(storage, None)
             return
-        clocks = self.clocks
         stream = allocation.stream
+        if shadow.actor == stream:
+            del self.allocations[storage]
+            return  # the allocation stream's own history: its free is ordered after all of it
+        clocks = self.clocks
         clock = dict(clocks.clock(stream))
         join(clock, clocks.clock(thread))
-        for recorded in allocation.recorded:
+        for recorded in allocation.recorded or ():
             join(clock, clocks.clock(recorded))
         access = Access(stream, thread, True, site, "free", seq, clock[stream])
-        found = shadow.check_all(access, clock)
-        if found:
-            self._report(storage, access, found)
+        try:
+            found = shadow.check_all(access, clock)
+            if found:
+                self._report(storage, access, found)  # the allocation is still known while the race is reported
+        finally:
+            self.allocations.pop(storage, None)
 
     # ---- what the trace knows about names ---------------------------------------------------------------------
     def site(self, id: int, frames: list) -> None:  # noqa: A002 - the trace's field name
@@ -241,15 +257,27 @@ class Detector:
         self.storage_infos[storage] = info
 
     # ---- internals --------------------------------------------------------------------------------------------
+    def free_can_race(self, storage: int) -> bool:
+        """Whether a free of `storage` now would be checked against anything (the runtime skips capturing the free's
+        site otherwise): False for a block whose whole history is its allocation stream's."""
+        allocation = self.allocations.get(storage)
+        if allocation is None or allocation.stream is None:
+            return False
+        shadow = self.shadows.get(storage)
+        return shadow is not None and shadow.actor != allocation.stream
+
     def _access(self, access: Access, clock: dict, ranges: Ranges) -> None:
         shadows = self.shadows
+        actor = access.actor
         found_by_storage = None
         for storage, start, end in ranges:
             if start >= end:
                 continue
             shadow = shadows.get(storage)
             if shadow is None:
-                shadow = shadows[storage] = StorageShadow()
+                shadow = shadows[storage] = StorageShadow(actor)
+            elif shadow.actor != actor:
+                shadow.actor = MIXED
             found = shadow.access(access, clock, start, end, None)
             if found:
                 if found_by_storage is None:

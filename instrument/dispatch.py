@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .host import PinnedMemory
@@ -193,6 +194,33 @@ class AccessCollector:
         return ranges
 
 
+def _ranges_of_plan(where: tuple, args: tuple, kwargs: dict, pinned: PinnedMemory, out: list, device: int) -> int:
+    """Append the byte ranges of the tensors a plan names to `out`; returns the op's device (or `device`).
+
+    The per-op form of `AccessCollector.ranges_of_arguments`, without the intermediate tensor list and objects.
+    """
+    n_args = len(args)
+    for position, name in where:
+        value = args[position] if 0 <= position < n_args else kwargs.get(name)
+        if value is None:
+            continue
+        tensors = (value,) if isinstance(value, Tensor) else value if isinstance(value, (list, tuple)) else ()
+        for tensor in tensors:
+            if not isinstance(tensor, Tensor):
+                continue  # None in a Tensor?[] (index_put's indices)
+            rng = byte_range(tensor)
+            if rng is None:
+                continue
+            on = tensor.get_device()
+            if on >= 0:
+                if device < 0:
+                    device = on
+            elif not pinned.is_pinned(tensor, rng[0]):
+                continue
+            out.append(rng)
+    return device
+
+
 class StreamcheckMode(TorchDispatchMode):
     """Sees every aten op of the thread that entered it (and of the autograd engine's threads) and reports it."""
 
@@ -219,80 +247,80 @@ class StreamcheckMode(TorchDispatchMode):
                 rec.fail(exc)
                 return func(*args, **kwargs)
         kind = plan.kind
-        if kind is SKIP:
+        if kind is not ACCESS:
+            if kind is COLLECTIVE and self.collectives is not None:
+                return self.collectives.dispatch(func, plan, args, kwargs)
+            if kind is RECORD_STREAM:
+                self._record_stream(args)
             return func(*args, **kwargs)
-        if kind is COLLECTIVE:
-            if self.collectives is None:
-                return func(*args, **kwargs)
-            return self.collectives.dispatch(func, plan, args, kwargs)
-        if kind is RECORD_STREAM:
-            self._record_stream(args)
-            return func(*args, **kwargs)
+        pinned = self.pinned
         try:
-            collector = AccessCollector(self.pinned)
-            reads = collector.ranges_of_arguments(plan.reads, args, kwargs) if plan.reads else []
-            writes = collector.ranges_of_arguments(plan.writes, args, kwargs) if plan.writes else []
-            rec.begin_op()
+            reads: list = []
+            writes: list = []
+            device = -1
+            if plan.reads:
+                device = _ranges_of_plan(plan.reads, args, kwargs, pinned, reads, device)
+            if plan.writes:
+                device = _ranges_of_plan(plan.writes, args, kwargs, pinned, writes, device)
+            outer = rec.begin_op()
         except Exception as exc:  # noqa: BLE001
             rec.fail(exc)
             return func(*args, **kwargs)
         try:
             out = func(*args, **kwargs)
         except BaseException:
-            deferred = rec.end_op()
+            deferred = rec.end_op(outer)
             if deferred:
                 rec.emit_now(deferred)
             raise
         try:
-            self._finish(plan, collector, reads, writes, out)
+            self._finish(plan, device, reads, writes, out, outer)
         except RaceError:
             raise
         except Exception as exc:  # noqa: BLE001
-            rec.end_op()
+            rec.end_op(outer)
             rec.fail(exc)
         return out
 
-    def _finish(self, plan: OpPlan, collector: AccessCollector, reads: list, writes: list, out: Any) -> None:
+    def _finish(self, plan: OpPlan, device: int, reads: list, writes: list, out: Any, outer: Any) -> None:
         rec = self.recorder
-        allocs = []  # (base, tensor, allocated by the device's caching allocator)
+        allocs = None  # (base, tensor, allocated by the device's caching allocator)
         if plan.fresh_returns:
             fresh_blocks = rec.fresh_blocks
-            for tensor in fresh_outputs(plan, out):
-                rng = byte_range(tensor)
-                if rng is None:
-                    continue
-                device = tensor.get_device()
-                if device >= 0:
-                    if collector.device < 0:
-                        collector.device = device
-                    if fresh_blocks.pop(rng[0], None):
-                        allocs.append((rng[0], tensor, True))
-                elif self.pinned.is_pinned(tensor, rng[0], True):
-                    # A fresh pinned block: what happened at this address before is another tensor's story.
-                    allocs.append((rng[0], tensor, False))
-                else:
-                    continue
-                writes.append(rng)
-        deferred = rec.end_op()
-        calls = []
-        if reads or writes:
-            thread = rec.thread_actor()
-            site = rec.sites.capture(3)
-            if collector.device >= 0:
-                stream = rec.stream_actor(collector.device)
-                event = ("kernel", (thread, stream, reads, writes, site, plan.name))
-            else:
-                stream = thread
-                event = ("host_access", (thread, reads, writes, site, plan.name))
-            for base, tensor, on_device in allocs:
-                calls.append(("alloc", (base, tensor.untyped_storage().nbytes(), stream if on_device else thread, site)))
-            calls.append(event)
-        if deferred:
-            calls.extend(deferred)
-        if calls:
-            rec.emit_now(calls)
-            if rec.pending_raise is not None:
-                rec.take_pending_raise()
+            outputs = (out,) if plan.single_return else [out[i] for i in plan.fresh_returns]
+            for value in outputs:
+                tensors = (value,) if isinstance(value, Tensor) else value if isinstance(value, (list, tuple)) else ()
+                for tensor in tensors:
+                    if not isinstance(tensor, Tensor):
+                        continue
+                    rng = byte_range(tensor)
+                    if rng is None:
+                        continue
+                    on = tensor.get_device()
+                    if on >= 0:
+                        if device < 0:
+                            device = on
+                        if fresh_blocks.pop(rng[0], None):
+                            if allocs is None:
+                                allocs = []
+                            allocs.append((rng[0], tensor, True))
+                    elif self.pinned.is_pinned(tensor, rng[0], True):
+                        # A fresh pinned block: what happened at this address before is another tensor's story.
+                        if allocs is None:
+                            allocs = []
+                        allocs.append((rng[0], tensor, False))
+                    else:
+                        continue
+                    writes.append(rng)
+        deferred = rec.end_op(outer)
+        if not reads and not writes:
+            if deferred:
+                rec.emit_now(deferred)
+            return
+        thread = rec.thread_actor()
+        site = rec.sites.capture(3)
+        stream = rec.stream_actor(device) if device >= 0 else thread
+        rec.emit_access(thread, stream, reads, writes, site, plan.name, allocs, deferred)
 
     def _record_stream(self, args: tuple) -> None:
         rec = self.recorder

@@ -21,6 +21,9 @@ from typing import Any, Callable
 from .sites import SiteTable
 
 
+_NO_CALLS: list = []  # "inside an op, nothing held back yet": never appended to (emit swaps in a real list)
+
+
 class RaceError(RuntimeError):
     """Raised into the program at the first race, only when the watch was started with fail_fast=True."""
 
@@ -60,8 +63,17 @@ class Recorder:
         self.fresh_blocks: dict[int, bool] = {}  # allocated, not yet written by an op: the next output there is an alloc
         self._backward_caller: str | None = None
         self._engine_threads: list[tuple[int, str]] = []
+        # Detector.free_can_race when the sink is a bare Detector: a free that cannot race needs no site (a trace
+        # needs every site, so a Tee gets none)
+        self.free_can_race: Callable[[int], bool] | None = (
+            getattr(sink, "free_can_race") if callable(getattr(type(sink), "free_can_race", None)) else None)
         self.current_device: Callable[[], int] = lambda: 0
         self.current_raw_stream: Callable[[int], int] = lambda device: 0
+
+    def sink_has(self, method: str) -> bool:
+        """Whether the sink (or a sink of a Tee) implements an optional method such as `forget_work`."""
+        sinks = self.sink.sinks if isinstance(self.sink, Tee) else (self.sink,)
+        return any(callable(getattr(type(sink), method, None)) for sink in sinks)
 
     # ---- naming -------------------------------------------------------------------------------------------------
     def thread_actor(self) -> str:
@@ -130,20 +142,29 @@ class Recorder:
             self._thread_names.pop(ident, None)
 
     # ---- feeding the sink ------------------------------------------------------------------------------------------
-    def begin_op(self) -> None:
-        self._tls.deferred = []
+    def begin_op(self) -> Any:
+        """Hold back callbacks fired on this thread until end_op; returns what end_op must restore."""
+        tls = self._tls
+        outer = getattr(tls, "deferred", None)
+        tls.deferred = _NO_CALLS
+        return outer
 
-    def end_op(self) -> list | None:
-        deferred = getattr(self._tls, "deferred", None)
-        self._tls.deferred = None
-        return deferred
+    def end_op(self, outer: Any = None) -> list | None:
+        """The callbacks held back since begin_op (None when there were none)."""
+        tls = self._tls
+        deferred = getattr(tls, "deferred", None)
+        tls.deferred = outer
+        return deferred if deferred is not _NO_CALLS else None
 
     def emit(self, method: str, *args: Any) -> None:
         """Call the sink now, or after the running op's own event when called from inside an op."""
         if not self.active:
             return
-        deferred = getattr(self._tls, "deferred", None)
+        tls = self._tls
+        deferred = getattr(tls, "deferred", None)
         if deferred is not None:
+            if deferred is _NO_CALLS:
+                deferred = tls.deferred = []  # the list only exists for the few ops that fire callbacks
             deferred.append((method, args))
             return
         self.emit_now(((method, args),))
@@ -157,6 +178,40 @@ class Recorder:
         except RaceError as exc:
             self.pending_raise = exc
         except Exception as exc:  # noqa: BLE001 - any bug of ours must not reach the program
+            self.fail(exc)
+
+    def emit_access(self, thread: str, stream: str, reads: list, writes: list, site: int, op: str,
+                    allocs: list | None, deferred: list | None) -> None:
+        """One op's events, in order: allocations of its fresh outputs, its kernel (or host access), the callbacks
+        it fired. The per-op path: no intermediate call list."""
+        try:
+            with self.lock:
+                sink = self.sink
+                if allocs:
+                    for base, tensor, on_device in allocs:
+                        sink.alloc(base, tensor.untyped_storage().nbytes(), stream if on_device else thread, site)
+                if stream is thread:
+                    sink.host_access(thread, reads, writes, site, op)
+                else:
+                    sink.kernel(thread, stream, reads, writes, site, op)
+                if deferred:
+                    for method, args in deferred:
+                        getattr(sink, method)(*args)
+        except RaceError as exc:
+            self.pending_raise = exc
+        except Exception as exc:  # noqa: BLE001 - any bug of ours must not reach the program
+            self.fail(exc)
+        if self.pending_raise is not None:
+            self.take_pending_raise()
+
+    def emit_storage_info(self, storage: int, info: dict) -> None:
+        """Names and shapes for reports (the sink's storage_info takes keyword arguments)."""
+        if not self.active:
+            return
+        try:
+            with self.lock:
+                self.sink.storage_info(storage, **info)
+        except Exception as exc:  # noqa: BLE001
             self.fail(exc)
 
     def take_pending_raise(self) -> None:

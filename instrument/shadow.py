@@ -45,15 +45,23 @@ def _check(cell: Cell, access, clock: dict, start: int, end: int, found: list | 
     return found
 
 
+MIXED = "<several actors>"  # StorageShadow.actor once a second actor has touched the storage
+
+
 class StorageShadow:
-    """Byte-range shadow of one storage: parallel sorted lists of segment starts, ends and cells."""
+    """Byte-range shadow of one storage: parallel sorted lists of segment starts, ends and cells.
 
-    __slots__ = ("starts", "ends", "cells")
+    `actor` is the one actor that made every access recorded so far, or MIXED: while a storage's whole history is
+    one actor's, nothing in it can race with that actor (program order), which the detector uses to skip checks.
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("starts", "ends", "cells", "actor")
+
+    def __init__(self, actor: str = MIXED) -> None:
         self.starts: list[int] = []
         self.ends: list[int] = []
         self.cells: list[Cell] = []
+        self.actor = actor
 
     def access(self, access, clock: dict, start: int, end: int, found: list | None) -> list | None:
         """Check `access` of bytes [start, end) and record it. Returns `found`, extended with the conflicts."""

@@ -269,13 +269,46 @@ class Watch:
             raise RaceError(finding.message)
 
     def _finding(self, race: Race) -> Finding:
+        detector = self.detector
+        tensor = self._storage_info(race)
         finding = race_finding(race, self._names)
         extra = dict(finding.extra)
         extra["rank"] = self.rank
         extra["pid"] = os.getpid()
+        extra["world_size"] = self.world_size
+        actors = (race.earlier.actor, race.earlier.stream, race.later.actor, race.later.stream)
+        streams = {actor: detector.stream_names[actor] for actor in actors if actor in detector.stream_names}
+        if streams:
+            extra["streams"] = streams
+        if tensor:
+            extra["tensor"] = tensor
         extra["earlier_stack"] = self._stack(race.earlier.site)
         extra["later_stack"] = self._stack(race.later.site)
         return dataclasses.replace(finding, extra=extra)
+
+    def _storage_info(self, race: Race) -> dict:
+        """What the report says about the raced storage: name, shape, dtype, ds_id, allocation site.
+
+        Looked up once per storage when it is first reported (instrument/storage_names.py walks the live modules),
+        and kept in the Detector's (and the trace's) storage infos like any `storage_info` event."""
+        detector = self.detector
+        info = detector.storage_infos.get(race.storage)
+        if info is None:
+            info = {}
+            try:
+                from .storage_names import describe_storage
+
+                info = describe_storage(race.storage, race.start, race.end) or {}
+            except Exception:  # noqa: BLE001 - naming is a courtesy; the finding stands without it
+                info = {}
+            allocation = detector.allocations.get(race.storage)
+            frame = self._names.frame(allocation.site) if allocation is not None else None
+            if frame:
+                info["alloc_site"] = f"{frame[0].rsplit('/', 1)[-1]}:{frame[1]}"
+            detector.storage_infos[race.storage] = info  # inside the detector's call: no second sink call
+            if info and self._trace is not None:
+                self._trace.storage_info(race.storage, **info)
+        return dict(info)
 
     def _stack(self, site: int) -> list[str]:
         return [f"{path}:{line} in {function}" for path, line, function in self.recorder.sites.frames(site)]

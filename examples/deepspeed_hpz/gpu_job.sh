@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Everything this project runs on a 2-GPU machine, in one job (the device tool's $OUT gets the logs back).
 #   examples/deepspeed_hpz/gpu_job.sh [STEPS_SMOKE] [STEPS_FULL] [PARTS]
-# PARTS: any of tests,trace,smoke,full (comma-separated). Expects .whl/ from ../shared/tools/gpu-wheels.
+# PARTS: any of tests,trace,smoke,full,gate,overhead,sc135,soak (comma-separated). Expects .whl/ from
+# ../shared/tools/gpu-wheels. gate: the pytest gate example; overhead: benchmarks/overhead.py on 0.13.4 (CSAN in
+# report-and-continue form); sc135: 0.13.5 under `streamcheck run`, STEPS_SMOKE steps; soak: SOAK_STEPS (default
+# 1000) steps of a small model (2 layers, h=1024) on 0.13.4 under `streamcheck run`, figures every 100 steps.
 # NPROC (world size, default 2) and HPZ (zero_hpz_partition_size, default 2) come from the environment.
 # Every step has its own timeout; a failing step is logged and the job goes on to the next.
 set -u
@@ -55,11 +58,40 @@ seed() {  # seed VERSION STEPS MODE(plain|sc) LIMIT
   fi
   PYTHONPATH=$PWD/.site$v:$PYTHONPATH timeout "$limit" "${cmd[@]}" >"/tmp/seed-$tag.log" 2>&1
   local rc=$?
-  grep -E "^step |RESULT|streamcheck|Traceback|Error|error:" "/tmp/seed-$tag.log" | grep -v "^\s*$" | tail -n 60 >>"$LOG"
+  grep -E "^(\[[a-z]+\] )?step |RESULT|streamcheck|Traceback|Error|error:" "/tmp/seed-$tag.log" | grep -v "^\s*$" | tail -n 60 >>"$LOG"
   log "seed $tag exit $rc"
   cp "/tmp/seed-$tag.log" "$OUT/seed-logs/" 2>/dev/null || true
 }
 mkdir -p "$OUT/seed-logs"
+
+if has gate; then
+  log "pytest gate (expected: 1 failed, 1 passed)"
+  timeout 90 python3 -P -m pytest -p no:cacheprovider -rA --streamcheck --streamcheck-out /tmp/sc -p no:streamcheck \
+    -p streamcheck.instrument.pytest_plugin examples/pytest_gate/test_streams.py >"$OUT/gate.log" 2>&1
+  log "gate exit $?"; tail -n 5 "$OUT/gate.log" | tee -a "$LOG"
+fi
+if has overhead; then
+  log "benchmarks/overhead.py --gpus $NPROC on 0.13.4 (${OVERHEAD_STEPS:-8} steps per mode)"
+  PYTHONPATH=$PWD/.site0.13.4:$PYTHONPATH timeout "${OVERHEAD_LIMIT:-240}" python3 -P benchmarks/overhead.py \
+    --gpus "$NPROC" --steps "${OVERHEAD_STEPS:-8}" --warmup 1 --csan-continue --out /tmp/overhead \
+    2>&1 | tee "$OUT/overhead.txt" | tee -a "$LOG"
+  log "overhead exit ${PIPESTATUS[0]}"
+  cp /tmp/overhead/overhead-job.log "$OUT/" 2>/dev/null  # its RESULT line holds the whole result JSON
+fi
+if has sc135; then
+  seed 0.13.5 "$SMOKE_STEPS" sc "${SC135_LIMIT:-120}"
+fi
+if has soak; then
+  log "soak: ${SOAK_STEPS:-1000} steps, 2 layers h=1024, 0.13.4 under streamcheck run"
+  PYTHONPATH=$PWD/.site0.13.4:$PYTHONPATH timeout "${SOAK_LIMIT:-200}" python3 -P -m streamcheck.cli run \
+    --out /tmp/sc-soak -- python3 -m torch.distributed.run --nproc_per_node "$NPROC" \
+    --master_port $((29500 + RANDOM % 1000)) examples/deepspeed_hpz/train.py --steps "${SOAK_STEPS:-1000}" \
+    --hpz "$HPZ" --layers 2 --hidden 1024 --intermediate 2752 --heads 8 --seq 128 --soak-every 100 \
+    >/tmp/soak.log 2>&1
+  log "soak exit $?"
+  grep -E "SOAK|streamcheck|Error|RESULT" /tmp/soak.log | grep -v '"step_ms"' | cut -c1-600 >"$OUT/soak.log"
+  tail -n 30 "$OUT/soak.log" | tee -a "$LOG"
+fi
 
 if has smoke; then
   seed 0.13.4 "$SMOKE_STEPS" sc 150
@@ -72,7 +104,9 @@ if has full; then
   seed 0.13.5 "$FULL_STEPS" sc 100
 fi
 # findings of every instrumented run, as one small archive
-tar czf "$OUT/seed-logs/findings.tgz" /tmp/sc-* 2>/dev/null
+tar czf "$OUT/seed-logs/findings.tgz" /tmp/sc-* /tmp/overhead/sc-findings 2>/dev/null
 (cd "$OUT/seed-logs" && tar czf ../seed-logs.tgz . ) && rm -rf "$OUT/seed-logs"
-python3 examples/deepspeed_hpz/summarize.py /tmp "$OUT" 2>&1 | tee -a "$LOG"
+if has smoke || has full || has sc135; then
+  python3 examples/deepspeed_hpz/summarize.py /tmp "$OUT" 2>&1 | tee -a "$LOG"
+fi
 log "done"

@@ -149,6 +149,8 @@ def test_collective_is_an_access_by_the_group_stream_and_wait_orders_it_back(mon
     out_base = out.untyped_storage().data_ptr()
     group = "nccl:0/0"  # the default group is named "0"; the actor is the group's stream on device 0
     me = thread()
+    assert sink.calls[0] == ("stream_name", group, "NCCL stream of group [0]")  # once, at the group's first use
+    del sink.calls[0]
     assert sink.calls[0][:7] == ("collective", me, "cuda:0/s0", group, [], [(base, 0, 32)], True)
     assert sink.calls[0][9] == "c10d::allreduce_"
     assert sink.calls[1] == ("record_stream", base, group)

@@ -145,3 +145,30 @@ def test_trace_paths_are_per_rank():
     assert str(rank_path("out/trace-{rank}.jsonl", 3, 8)) == "out/trace-3.jsonl"
     assert str(rank_path("out/trace.jsonl", 3, 8)) == "out/trace-rank3.jsonl"
     assert str(rank_path("out/trace.jsonl", 0, 1)) == "out/trace.jsonl"
+
+
+def test_a_finding_names_the_module_parameter_its_streams_and_the_world_size(tmp_path):
+    import torch
+
+    layer = torch.nn.Linear(4, 8)
+    weight = layer.weight
+    weight.ds_id = 17  # as DeepSpeed tags a ZeRO-3 parameter
+    weight.ds_secondary_tensor = torch.zeros(16)  # and its hpZ secondary shard
+    base = weight.untyped_storage().data_ptr()
+    secondary = weight.ds_secondary_tensor.untyped_storage().data_ptr()
+    with streamcheck.watch(tmp_path, rank=1, world_size=2, echo=False) as w:
+        rec = w.recorder
+        rec.emit("alloc", secondary, 64, "cuda:0/s0", rec.sites.capture(1))  # the allocation
+        rec.emit("stream_name", "cuda:0/s7", "first used at train.py:3 in step")
+        rec.emit("kernel", "T1", "cuda:0/s0", [], [(base, 0, 128)], rec.sites.capture(1), "aten::copy_")
+        rec.emit("kernel", "T1", "cuda:0/s7", [(base, 32, 64)], [], rec.sites.capture(1), "aten::sum")
+        rec.emit("kernel", "T1", "cuda:0/s0", [], [(secondary, 0, 64)], rec.sites.capture(1), "aten::copy_")
+        rec.emit("kernel", "T1", "cuda:0/s7", [(secondary, 0, 64)], [], rec.sites.capture(1), "aten::sum")
+    weight_race, secondary_race = sorted(w.results(), key=lambda f: f.extra["storage"] != base)
+    assert weight_race.extra["tensor"] == {"name": "weight", "shape": [8, 4], "dtype": "torch.float32", "ds_id": 17}
+    assert weight_race.extra["streams"] == {"cuda:0/s7": "first used at train.py:3 in step"}
+    assert weight_race.extra["world_size"] == 2
+    assert weight_race.message.startswith("read of weight torch.float32[8, 4] bytes [32, 64) by cuda:0/s7")
+    assert secondary_race.extra["tensor"] == {
+        "name": "weight.ds_secondary_tensor", "shape": [16], "dtype": "torch.float32", "ds_id": 17,
+        "alloc_site": f"test_runtime_watch.py:{line_of('# the allocation')}"}

@@ -1,0 +1,52 @@
+"""How much host memory a Detector's state holds: the figure a soak run watches for growth.
+
+Walks the shadow state (segments, cells, the accesses they point to), the vector clocks, events, work handles,
+allocations and kept races, and sums `sys.getsizeof` of each object once (accesses shared by several cells are
+counted once). Not for the per-op path: it visits every object, so call it every few hundred steps.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+
+def _dict_size(d: dict) -> int:
+    return sys.getsizeof(d) + sum(sys.getsizeof(k) for k in d if not isinstance(k, int) or k > 256)
+
+
+def shadow_state_size(detector: Any) -> dict[str, int]:
+    """{storages, segments, accesses, actors, events, works, allocations, races, bytes} of `detector` now."""
+    size = sys.getsizeof
+    total = size(detector.shadows)
+    seen: set[int] = set()
+    segments = 0
+    for shadow in list(detector.shadows.values()):
+        total += size(shadow) + size(shadow.starts) + size(shadow.ends) + size(shadow.cells)
+        segments += len(shadow.cells)
+        for cell in shadow.cells:
+            total += size(cell)
+            accesses = [cell.write] if cell.write is not None else []
+            if cell.reads:
+                total += size(cell.reads)
+                accesses.extend(cell.reads.values())
+            for access in accesses:
+                if id(access) not in seen:
+                    seen.add(id(access))
+                    total += size(access)
+    clocks = detector.clocks
+    for table in (clocks.of_actor, clocks.of_event, clocks.of_work):
+        total += size(table) + sum(_dict_size(vc) for vc in list(table.values()))
+    total += size(detector.allocations) + sum(size(a) for a in list(detector.allocations.values()))
+    total += size(detector.races) + sum(size(r) for r in detector.races)
+    return {
+        "storages": len(detector.shadows),
+        "segments": segments,
+        "accesses": len(seen),
+        "actors": len(clocks.of_actor),
+        "events": len(clocks.of_event),
+        "works": len(clocks.of_work),
+        "allocations": len(detector.allocations),
+        "races": len(detector.races),
+        "bytes": total,
+    }
