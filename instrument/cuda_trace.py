@@ -56,10 +56,6 @@ def _event_waited(rec: Recorder, event: int, stream: int) -> None:
     rec.emit("event_wait", rec.thread_actor(), event, rec.stream_actor_of_handle(stream))
 
 
-def _memory_allocated(rec: Recorder, ptr: int) -> None:
-    rec.fresh_blocks[ptr] = True
-
-
 def _memory_freed(rec: Recorder, ptr: int) -> None:
     rec.fresh_blocks.pop(ptr, None)
     # About one free per op: most blocks were only ever used by their allocation stream, and such a free can race
@@ -85,11 +81,18 @@ def _event_synchronized(rec: Recorder, event: int) -> None:
     rec.emit("sync_event", rec.thread_actor(), event)
 
 
+def _fresh_block(ptr: int) -> None:
+    """The allocation callback, unguarded and inlined: it fires about once per op and only marks the block."""
+    rec = _active
+    if rec is not None and rec.active:
+        rec.fresh_blocks[ptr] = True
+
+
 _REGISTRATIONS = (
     (gpu_trace.register_callback_for_event_deletion, _event_deleted),
     (gpu_trace.register_callback_for_event_record, _event_recorded),
     (gpu_trace.register_callback_for_event_wait, _event_waited),
-    (gpu_trace.register_callback_for_memory_allocation, _memory_allocated),
+    (gpu_trace.register_callback_for_memory_allocation, None),  # _fresh_block, registered as is
     (gpu_trace.register_callback_for_memory_deallocation, _memory_freed),
     (gpu_trace.register_callback_for_stream_creation, _stream_created),
     (gpu_trace.register_callback_for_device_synchronization, _device_synchronized),
@@ -133,7 +136,7 @@ def install(recorder: Recorder) -> None:
     if not _callbacks_registered:
         torch._C._activate_gpu_trace()
         for register, handler in _REGISTRATIONS:
-            register(_guard(handler))
+            register(_guard(handler) if handler is not None else _fresh_block)
         _callbacks_registered = True
     _active = recorder
     if not _saved_methods:

@@ -103,6 +103,8 @@ class Detector:
         self.storage_infos: dict[int, dict] = {}
         self.header: dict = {}
         self.seq = 0  # index of the next event
+        # stream -> {thread: clocks.received[thread] at the thread's last full join into the stream} (kernel())
+        self._joined_at: dict[str, dict[str, int]] = {}
 
     # ---- streams, events, synchronization -------------------------------------------------------------------
     def stream_created(self, thread: str, stream: str) -> None:
@@ -149,13 +151,22 @@ class Detector:
                op: str = "") -> None:
         seq = self.seq
         self.seq = seq + 1
-        # clocks.send(thread, stream), inlined: this is the per-op path.
-        of_actor = self.clocks.of_actor
-        clock = of_actor.get(stream) or self.clocks.clock(stream)
-        sent = of_actor.get(thread) or self.clocks.clock(thread)
-        for actor, time in sent.items():
-            if clock.get(actor, 0) < time:
-                clock[actor] = time
+        # clocks.send(thread, stream), inlined: this is the per-op path. When the thread's clock took in nothing
+        # since its last full join into this stream, only its own entry can have grown: one entry, not a join.
+        clocks = self.clocks
+        of_actor = clocks.of_actor
+        clock = of_actor.get(stream) or clocks.clock(stream)
+        sent = of_actor.get(thread) or clocks.clock(thread)
+        received = clocks.received.get(thread, 0)
+        joined = self._joined_at.get(stream)
+        if joined is not None and joined.get(thread) == received:
+            if clock.get(thread, 0) < sent[thread]:
+                clock[thread] = sent[thread]
+        else:
+            join(clock, sent)
+            if joined is None:
+                joined = self._joined_at[stream] = {}
+            joined[thread] = received
         sent[thread] += 1
         if reads:
             self._access(Access(stream, thread, False, site, op, seq, clock[stream]), clock, reads)
@@ -194,6 +205,14 @@ class Detector:
         self.clocks.wait_work(stream, work)
         if blocking:
             self.clocks.wait_work(thread, work)
+
+    def forget_accesses(self) -> None:
+        """Drop every storage's history and allocation (clocks, events and works stay): instrumentation resumes
+        after a gap (instrument/sampling.py), and what the gap hid must not order or disorder old accesses.
+
+        Bookkeeping, not an event: no sequence number."""
+        self.shadows.clear()
+        self.allocations.clear()
 
     def forget_work(self, work: int) -> None:
         """The runtime will never wait for `work` again (its one Work.wait() was reported): drop its clock.
@@ -275,8 +294,9 @@ class Detector:
                 continue
             shadow = shadows.get(storage)
             if shadow is None:
-                shadow = shadows[storage] = StorageShadow(actor)
-            elif shadow.actor != actor:
+                shadows[storage] = StorageShadow.of_first_access(access, start, end)
+                continue
+            if shadow.actor != actor:
                 shadow.actor = MIXED
             found = shadow.access(access, clock, start, end, None)
             if found:

@@ -63,6 +63,15 @@ class StorageShadow:
         self.cells: list[Cell] = []
         self.actor = actor
 
+    @classmethod
+    def of_first_access(cls, access, start: int, end: int) -> "StorageShadow":
+        """A storage's shadow after its first access (nothing to check yet): one segment."""
+        shadow = cls(access.actor)
+        shadow.starts.append(start)
+        shadow.ends.append(end)
+        shadow.cells.append(Cell(access) if access.is_write else Cell(None, {access.actor: access}))
+        return shadow
+
     def access(self, access, clock: dict, start: int, end: int, found: list | None) -> list | None:
         """Check `access` of bytes [start, end) and record it. Returns `found`, extended with the conflicts."""
         starts, ends, cells = self.starts, self.ends, self.cells
@@ -70,7 +79,8 @@ class StorageShadow:
         if i < len(starts) and starts[i] == start and ends[i] == end:
             # The common case: the same tensor (or view) as last time.
             cell = cells[i]
-            found = _check(cell, access, clock, start, end, found)
+            if self.actor != access.actor:  # a single actor's own history holds nothing to check
+                found = _check(cell, access, clock, start, end, found)
             if access.is_write:
                 cell.write = access
                 cell.reads = None

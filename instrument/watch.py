@@ -15,6 +15,8 @@ Started by `streamcheck run` through the environment (STREAMCHECK=1, see launch.
   flushed at once so a killed job keeps what it found; `stop()` appends a final line for every finding seen more
   than once, with its count (readers keep the last line of each fingerprint).
 - `trace=PATH` also records every event into a trace that `streamcheck analyze` replays offline.
+- `steps=(first, last)` (or STREAMCHECK_STEPS=first:last) instruments only those optimizer steps, for always-on
+  use; its blind spots are listed in sampling.py.
 """
 
 from __future__ import annotations
@@ -80,7 +82,7 @@ class Watch:
 
     def __init__(self, out_dir: str | os.PathLike | None = None, *, rank: int | None = None,
                  world_size: int | None = None, fail_fast: bool = False, trace: str | os.PathLike | None = None,
-                 echo: bool = True, append: bool = False) -> None:
+                 echo: bool = True, append: bool = False, steps: tuple[int, int] | None = None) -> None:
         self.out_dir = Path(out_dir if out_dir is not None else os.environ.get("STREAMCHECK_OUT", "."))
         self.rank = int(rank if rank is not None else os.environ.get("RANK", 0))
         self.world_size = int(world_size if world_size is not None else os.environ.get("WORLD_SIZE", 1))
@@ -88,6 +90,7 @@ class Watch:
         self.trace_path = trace
         self.echo = echo
         self.append = append
+        self.steps = steps  # instrument only optimizer steps [first, last) (instrument/sampling.py)
         self.findings: dict[tuple, Finding] = {}
         self.counts: dict[tuple, int] = {}
         self.errors: list[str] = []
@@ -198,6 +201,12 @@ class Watch:
         threads = ThreadHooks(rec, make_mode)
         threads.install()
         self._hooks.append(threads)
+        if self.steps is not None:
+            from .sampling import StepWindow
+
+            window = StepWindow(rec, self.detector, *self.steps)
+            window.install()
+            self._hooks.append(window)
         self._mode = make_mode()
         # Kept entered (not a `with` block) so the autograd engine's threads see it too.
         self._mode.__enter__()
@@ -359,8 +368,16 @@ def start_from_environment() -> Watch | None:
     """STREAMCHECK=1: start a watch for this process and stop it at exit (used by launch.py's bootstrap)."""
     if os.environ.get("STREAMCHECK") != "1" or _current is not None:
         return None
+    steps = None
+    if os.environ.get("STREAMCHECK_STEPS"):
+        from .sampling import parse_window
+
+        try:
+            steps = parse_window(os.environ["STREAMCHECK_STEPS"])
+        except ValueError as exc:
+            print(f"streamcheck: {exc}; instrumenting every step", file=sys.stderr, flush=True)
     w = Watch(os.environ.get("STREAMCHECK_OUT", "."), fail_fast=os.environ.get("STREAMCHECK_FAIL_FAST") == "1",
-              trace=os.environ.get("STREAMCHECK_TRACE") or None, append=True)
+              trace=os.environ.get("STREAMCHECK_TRACE") or None, append=True, steps=steps)
     w.start()
     atexit.register(w.stop)
     return w

@@ -61,7 +61,7 @@ def test_trace_callbacks_become_detector_events(recorder):
 
 
 def test_allocation_marks_a_fresh_block_and_free_is_reported_with_its_site(recorder):
-    cuda_trace._guard(cuda_trace._memory_allocated)(0xB000)
+    cuda_trace._fresh_block(0xB000)
     assert recorder.fresh_blocks == {0xB000: True}
     cuda_trace._guard(cuda_trace._memory_freed)(0xB000)  # the free
     assert recorder.fresh_blocks == {}
