@@ -11,6 +11,7 @@ race, the first by name plus how many more.
 from __future__ import annotations
 
 import gc
+import time
 from typing import Any, Iterator
 
 import torch
@@ -39,26 +40,44 @@ def _named_tensors(module: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor,
         yield name, buffer, None
 
 
-def describe_storage(storage: int, start: int, end: int) -> dict | None:
-    """{name, shape, dtype, ds_id?} of the named tensor(s) whose bytes of `storage` overlap [start, end)."""
-    matches: list[tuple[str, torch.Tensor, Any]] = []
-    seen: set[str] = set()
-    for root in _root_modules():
-        for name, tensor, ds_id in _named_tensors(root):
-            try:
-                rng = byte_range(tensor)
-            except Exception:  # noqa: BLE001 - a tensor subclass without storage
-                continue
-            if rng is None or rng[0] != storage or rng[2] <= start or rng[1] >= end or name in seen:
-                continue
-            seen.add(name)
-            matches.append((name, tensor, ds_id))
-    if not matches:
-        return None
-    matches.sort(key=lambda match: match[0])
-    name, tensor, ds_id = matches[0]
-    info: dict = {"name": name if len(matches) == 1 else f"{name} (+{len(matches) - 1} more in the same buffer)",
-                  "shape": list(tensor.shape), "dtype": str(tensor.dtype)}
-    if ds_id is not None:
-        info["ds_id"] = ds_id
-    return info
+class StorageNamer:
+    """Indexes the named tensors by storage once, and again on a miss at most every `refresh_s` seconds (a walk
+    over every live object: cheap once per report, too slow per race)."""
+
+    def __init__(self, refresh_s: float = 30.0) -> None:
+        self.refresh_s = refresh_s
+        # storage -> [(start, end, name, shape, dtype, ds_id)]: no tensor is kept alive by the index
+        self._by_storage: dict[int, list[tuple[int, int, str, list, str, Any]]] = {}
+        self._built_at: float | None = None
+
+    def _build(self) -> None:
+        index: dict[int, list] = {}
+        seen: set[tuple[int, str]] = set()
+        for root in _root_modules():
+            for name, tensor, ds_id in _named_tensors(root):
+                try:
+                    rng = byte_range(tensor)
+                except Exception:  # noqa: BLE001 - a tensor subclass without storage
+                    continue
+                if rng is None or (rng[0], name) in seen:
+                    continue
+                seen.add((rng[0], name))
+                index.setdefault(rng[0], []).append((rng[1], rng[2], name, list(tensor.shape), str(tensor.dtype), ds_id))
+        self._by_storage = index
+        self._built_at = time.monotonic()
+
+    def describe(self, storage: int, start: int, end: int) -> dict | None:
+        """{name, shape, dtype, ds_id?} of the named tensor(s) whose bytes of `storage` overlap [start, end)."""
+        if self._built_at is None or (storage not in self._by_storage
+                                      and time.monotonic() - self._built_at > self.refresh_s):
+            self._build()
+        matches = sorted((entry for entry in self._by_storage.get(storage, ()) if entry[1] > start and entry[0] < end),
+                         key=lambda entry: entry[2])
+        if not matches:
+            return None
+        _, _, name, shape, dtype, ds_id = matches[0]
+        more = f" (+{len(matches) - 1} more in the same buffer)" if len(matches) > 1 else ""
+        info: dict = {"name": name + more, "shape": shape, "dtype": dtype}
+        if ds_id is not None:
+            info["ds_id"] = ds_id
+        return info

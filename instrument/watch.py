@@ -104,6 +104,7 @@ class Watch:
         self._mode = None
         self._pinned = None
         self._lock = threading.Lock()
+        self._storage_namer = None  # instrument/storage_names.StorageNamer, made at the first report
 
     # ---- life cycle ---------------------------------------------------------------------------------------------
     def start(self) -> "Watch":
@@ -305,9 +306,11 @@ class Watch:
         if info is None:
             info = {}
             try:
-                from .storage_names import describe_storage
+                if self._storage_namer is None:
+                    from .storage_names import StorageNamer
 
-                info = describe_storage(race.storage, race.start, race.end) or {}
+                    self._storage_namer = StorageNamer()
+                info = self._storage_namer.describe(race.storage, race.start, race.end) or {}
             except Exception:  # noqa: BLE001 - naming is a courtesy; the finding stands without it
                 info = {}
             allocation = detector.allocations.get(race.storage)

@@ -29,11 +29,6 @@ export PYTHONPATH=$PWD/.scpkg
 log "python $(python3 -c 'import sys,torch; print(sys.version.split()[0], torch.__version__, torch.cuda.device_count(), "GPUs")')"
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee -a "$LOG"
 
-if has tests; then
-  log "GPU tests (scenarios 20-27)"
-  timeout 200 python3 -P -m pytest -q -p no:cacheprovider -m gpu tests/gpu -rA --durations=0 >"$OUT/gpu-tests.log" 2>&1
-  log "pytest exit $?"; tail -n 40 "$OUT/gpu-tests.log" | tee -a "$LOG"
-fi
 
 if has trace && [ -f examples/hpz_race/racy.py ]; then
   log "hpz_race: record the trace"
@@ -76,7 +71,7 @@ if has overhead; then
     --gpus "$NPROC" --steps "${OVERHEAD_STEPS:-8}" --warmup 1 --csan-continue --out /tmp/overhead \
     2>&1 | tee "$OUT/overhead.txt" | tee -a "$LOG"
   log "overhead exit ${PIPESTATUS[0]}"
-  cp /tmp/overhead/overhead-job.log "$OUT/" 2>/dev/null  # its RESULT line holds the whole result JSON
+  cp /tmp/overhead/overhead-job.log "$OUT/seed-logs/" 2>/dev/null  # its RESULT line holds the result JSON
 fi
 if has sc135; then
   seed 0.13.5 "$SMOKE_STEPS" sc "${SC135_LIMIT:-120}"
@@ -103,6 +98,19 @@ if has full; then
   seed 0.13.5 "$FULL_STEPS" plain 80
   seed 0.13.5 "$FULL_STEPS" sc 100
 fi
+if has tests; then  # last of the parts: with DEADLINE (epoch seconds) set, it gets what time is left
+  limit=${TESTS_LIMIT:-200}
+  if [ -n "${DEADLINE:-}" ]; then left=$((DEADLINE - $(date +%s) - 25)); [ "$left" -lt "$limit" ] && limit=$left; fi
+  if [ "$limit" -ge 30 ]; then
+    log "GPU tests (scenarios 20-27), limit ${limit}s"
+    timeout "$limit" python3 -P -m pytest -q -p no:cacheprovider -m gpu tests/gpu -rA --durations=0 \
+      >"$OUT/gpu-tests.log" 2>&1
+    log "pytest exit $?"; tail -n 40 "$OUT/gpu-tests.log" | tee -a "$LOG"
+  else
+    log "GPU tests skipped: ${limit}s left"
+  fi
+fi
+
 # findings of every instrumented run, as one small archive
 tar czf "$OUT/seed-logs/findings.tgz" /tmp/sc-* /tmp/overhead/sc-findings 2>/dev/null
 (cd "$OUT/seed-logs" && tar czf ../seed-logs.tgz . ) && rm -rf "$OUT/seed-logs"
