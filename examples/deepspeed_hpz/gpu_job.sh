@@ -20,6 +20,24 @@ export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 
 export TOKENIZERS_PARALLELISM=false TRANSFORMERS_VERBOSITY=error
 LOG="$OUT/job.log"
 log() { echo "=== $(date +%H:%M:%S) $*" | tee -a "$LOG"; }
+# limited SECONDS CMD...: CMD in its own process group, the whole group ended after SECONDS (torchrun's workers
+# too, which `timeout` alone would leave holding the GPUs); returns CMD's exit status (143/137 when ended).
+limited() {
+  local limit=$1; shift
+  setsid "$@" & local pid=$!
+  ( sleep "$limit"; kill -TERM -- -"$pid" 2>/dev/null; sleep 10; kill -KILL -- -"$pid" 2>/dev/null ) &
+  local watchdog=$!
+  wait "$pid"; local rc=$?
+  kill "$watchdog" 2>/dev/null; wait "$watchdog" 2>/dev/null
+  return $rc
+}
+# budget N: N seconds, or less when DEADLINE (epoch seconds) leaves less (30 s kept for the archive at the end)
+budget() {
+  local n=$1
+  if [ -n "${DEADLINE:-}" ]; then local left=$((DEADLINE - $(date +%s) - 30)); [ "$left" -lt "$n" ] && n=$left; fi
+  [ "$n" -lt 1 ] && n=1
+  echo "$n"
+}
 has() { case ",$PARTS," in *",$1,"*) return 0;; esac; return 1; }
 
 # The package as installed: streamcheck/ with instrument/ and rules/ inside (pyproject's package-dir mapping).
@@ -51,7 +69,7 @@ seed() {  # seed VERSION STEPS MODE(plain|sc) LIMIT
   if [ "$mode" = sc ]; then
     cmd=(python3 -P -m streamcheck.cli run --out "/tmp/sc-$tag" -- "${cmd[@]}")
   fi
-  PYTHONPATH=$PWD/.site$v:$PYTHONPATH timeout "$limit" "${cmd[@]}" >"/tmp/seed-$tag.log" 2>&1
+  PYTHONPATH=$PWD/.site$v:$PYTHONPATH limited "$limit" "${cmd[@]}" >"/tmp/seed-$tag.log" 2>&1
   local rc=$?
   grep -E "^(\[[a-z]+\] )?step |RESULT|streamcheck|Traceback|Error|error:" "/tmp/seed-$tag.log" | grep -v "^\s*$" | tail -n 60 >>"$LOG"
   log "seed $tag exit $rc"
@@ -67,18 +85,22 @@ if has gate; then
 fi
 if has overhead; then
   log "benchmarks/overhead.py --gpus $NPROC on 0.13.4 (${OVERHEAD_STEPS:-8} steps per mode)"
-  PYTHONPATH=$PWD/.site0.13.4:$PYTHONPATH timeout "${OVERHEAD_LIMIT:-240}" python3 -P benchmarks/overhead.py \
+  PYTHONPATH=$PWD/.site0.13.4:$PYTHONPATH limited "$(budget "${OVERHEAD_LIMIT:-240}")" python3 -P benchmarks/overhead.py \
     --gpus "$NPROC" --steps "${OVERHEAD_STEPS:-8}" --warmup 1 --csan-continue --out /tmp/overhead \
-    2>&1 | tee "$OUT/overhead.txt" | tee -a "$LOG"
-  log "overhead exit ${PIPESTATUS[0]}"
+    >/tmp/overhead.txt 2>&1
+  log "overhead exit $?"
+  # a job ended by the limit still leaves the result of every finished mode: report it
+  [ -s /tmp/overhead/overhead-result.json ] && ! grep -q "^mode" /tmp/overhead.txt && python3 -P -c \
+    "import sys,json,argparse; sys.path.insert(0,'benchmarks'); import overhead as o; a=argparse.Namespace(phases=list(o.PHASES), steps=${OVERHEAD_STEPS:-8}, csan_continue=True); print(o.report(json.load(open('/tmp/overhead/overhead-result.json')), a))" >>/tmp/overhead.txt 2>&1
+  cp /tmp/overhead.txt "$OUT/overhead.txt"; cat /tmp/overhead.txt >>"$LOG"
   cp /tmp/overhead/overhead-job.log "$OUT/seed-logs/" 2>/dev/null  # its RESULT line holds the result JSON
 fi
 if has sc135; then
-  seed 0.13.5 "$SMOKE_STEPS" sc "${SC135_LIMIT:-120}"
+  seed 0.13.5 "$SMOKE_STEPS" sc "$(budget "${SC135_LIMIT:-120}")"
 fi
 if has soak; then
   log "soak: ${SOAK_STEPS:-1000} steps, 2 layers h=1024, 0.13.4 under streamcheck run"
-  PYTHONPATH=$PWD/.site0.13.4:$PYTHONPATH timeout "${SOAK_LIMIT:-200}" python3 -P -m streamcheck.cli run \
+  PYTHONPATH=$PWD/.site0.13.4:$PYTHONPATH limited "$(budget "${SOAK_LIMIT:-200}")" python3 -P -m streamcheck.cli run \
     --out /tmp/sc-soak -- python3 -m torch.distributed.run --nproc_per_node "$NPROC" \
     --master_port $((29500 + RANDOM % 1000)) examples/deepspeed_hpz/train.py --steps "${SOAK_STEPS:-1000}" \
     --hpz "$HPZ" --layers 2 --hidden 1024 --intermediate 2752 --heads 8 --seq 128 --soak-every 100 \
@@ -98,9 +120,8 @@ if has full; then
   seed 0.13.5 "$FULL_STEPS" plain 80
   seed 0.13.5 "$FULL_STEPS" sc 100
 fi
-if has tests; then  # last of the parts: with DEADLINE (epoch seconds) set, it gets what time is left
-  limit=${TESTS_LIMIT:-200}
-  if [ -n "${DEADLINE:-}" ]; then left=$((DEADLINE - $(date +%s) - 25)); [ "$left" -lt "$limit" ] && limit=$left; fi
+if has tests; then  # last of the parts: with DEADLINE set, it gets what time is left
+  limit=$(budget "${TESTS_LIMIT:-200}")
   if [ "$limit" -ge 30 ]; then
     log "GPU tests (scenarios 20-27), limit ${limit}s"
     timeout "$limit" python3 -P -m pytest -q -p no:cacheprovider -m gpu tests/gpu -rA --durations=0 \

@@ -215,25 +215,33 @@ def main() -> None:
             "median_step_ms_after_first": statistics.median(step_ms[1:] if len(step_ms) > 1 else step_ms),
             **hooks.summary(args.steps),
         }
+        if rank == 0:  # after every phase, so that a later phase that fails or hangs leaves the earlier ones
+            write_result(args, phases, final=False)
     if rank == 0:
-        first = phases[args.phases.split(",")[0]]
-        result = {
-            "deepspeed": deepspeed.__version__,
-            "torch": torch.__version__,
-            "instrumented": os.environ.get("STREAMCHECK") == "1",
-            "world_size": torch.distributed.get_world_size(),
-            "hpz": args.hpz,
-            "layers": args.layers,
-            "hidden": args.hidden,
-            "warmup": args.warmup,
-            **{k: first[k] for k in ("losses", "step_ms", "median_step_ms", "median_step_ms_after_first")},
-            "phases": phases,
-        }
-        print("RESULT " + json.dumps(result), flush=True)
-        if args.result:
-            with open(args.result, "w") as out:
-                json.dump(result, out, indent=1)
+        write_result(args, phases, final=True)
     torch.distributed.barrier()
+
+
+def write_result(args: argparse.Namespace, phases: dict, final: bool) -> None:
+    """Rank 0's result: the first phase's figures at the top level (as before phases existed), every phase's."""
+    first = phases[args.phases.split(",")[0]]
+    result = {
+        "deepspeed": deepspeed.__version__,
+        "torch": torch.__version__,
+        "instrumented": os.environ.get("STREAMCHECK") == "1",
+        "world_size": torch.distributed.get_world_size(),
+        "hpz": args.hpz,
+        "layers": args.layers,
+        "hidden": args.hidden,
+        "warmup": args.warmup,
+        **{k: first[k] for k in ("losses", "step_ms", "median_step_ms", "median_step_ms_after_first")},
+        "phases": phases,
+    }
+    if final:
+        print("RESULT " + json.dumps(result), flush=True)
+    if args.result:
+        with open(args.result, "w") as out:
+            json.dump(result, out, indent=1)
 
 
 if __name__ == "__main__":
