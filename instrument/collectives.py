@@ -8,7 +8,9 @@ schema carries no alias annotations, so the argument names say what is read and 
 
 The op returns a Work object. `Work.wait()` is a plain method, not an op: it is wrapped, and the Work seen in the
 dispatcher (a ScriptObject) is matched to the Python Work the program holds by unboxing it into the same pybind
-instance, kept alive until it is waited for. A collective called with `async_op=False` is ordered before the
+instance. That instance is held strongly only until the program has received it (the last few collectives), then
+weakly: a Work the program drops without waiting (DeepSpeed drops some) must die when the program lets it go,
+since it holds the collective's tensors and CUDA events; its clock is then forgotten. A collective called with `async_op=False` is ordered before the
 current stream at once (torch waits for it before returning). The group also keeps the collective's tensors from
 being reused while its stream may still use them, so each of their blocks gets the NCCL stream as a recorded
 stream (freeing an all-gather input right after the call is safe).
@@ -16,7 +18,9 @@ stream (freeing an all-gather input right after the call is safe).
 
 from __future__ import annotations
 
+import collections
 import os
+import weakref
 from typing import Any
 
 import torch
@@ -25,7 +29,13 @@ from .recorder import Recorder
 
 _READ_ONLY_OPS = frozenset({"c10d::send"})
 _NO_DATA_OPS = frozenset({"c10d::barrier", "c10d::monitored_barrier_"})
-_MAX_PENDING_WORKS = 65536  # Works nobody waits for must not pin memory forever
+_MAX_PENDING_WORKS = 65536  # a bound for Works that cannot be weakly referenced
+_HANDOFF = 64  # Works held strongly until the program's own reference exists (one collective call needs one)
+
+
+def _target(ref: Any) -> Any:
+    """The Work behind a pending entry (None once a weakly held Work died)."""
+    return ref() if isinstance(ref, weakref.ref) else ref
 
 
 def _tensors(value: Any, out: list) -> None:
@@ -42,7 +52,9 @@ class CollectiveHooks:
     def __init__(self, recorder: Recorder, collector_factory: Any) -> None:
         self.recorder = recorder
         self.collector_factory = collector_factory  # () -> dispatch.AccessCollector
-        self.pending: dict[int, tuple[Any, int]] = {}  # id(Work) -> (Work, device)
+        self.pending: dict[int, tuple[Any, int]] = {}  # id(Work) -> (weakref to the Work, or the Work; device)
+        self._handoff: collections.deque = collections.deque(maxlen=_HANDOFF)
+        self._dropped_works: list[int] = []  # died unwaited, not yet forgotten by the detector
         self._arg_roles: dict[Any, tuple] = {}
         self._saved: list[tuple[type, str, Any]] = []
         self._work_type: Any = None
@@ -75,6 +87,10 @@ class CollectiveHooks:
 
     def dispatch(self, func: Any, plan: Any, args: tuple, kwargs: dict) -> Any:
         rec = self.recorder
+        if self._dropped_works:
+            dropped, self._dropped_works = self._dropped_works, []
+            if self._forgets_works:
+                rec.emit_now([("forget_work", (key,)) for key in dropped])
         try:
             roles = self._roles(func, plan.name)
             reads: list = []
@@ -152,9 +168,15 @@ class CollectiveHooks:
         work = out[-1] if isinstance(out, (tuple, list)) else out
         if isinstance(work, torch.ScriptObject) and self._work_type is not None:
             work = self._work_type.unbox(work)
-        if len(self.pending) >= _MAX_PENDING_WORKS:
-            self.pending.pop(next(iter(self.pending)))
-        self.pending[id(work)] = (work, device)
+        key = id(work)
+        try:
+            ref: Any = weakref.ref(work, lambda _, key=key: self._dropped(key))
+        except TypeError:  # not weakly referenceable: held, within a bound
+            ref = work
+            if len(self.pending) >= _MAX_PENDING_WORKS:
+                self.pending.pop(next(iter(self.pending)))
+        self._handoff.append(work)
+        self.pending[key] = (ref, device)
         return id(work)
 
     # ---- the program side: Work.wait() --------------------------------------------------------------------------
@@ -162,13 +184,24 @@ class CollectiveHooks:
         rec = self.recorder
         if not rec.active:
             return
-        entry = self.pending.pop(id(work), None)
-        if entry is None:
+        entry = self.pending.get(id(work))
+        if entry is None or _target(entry[0]) is not work:
             return
+        del self.pending[id(work)]
         _, device = entry
         rec.emit("work_wait", rec.thread_actor(), rec.stream_actor(device), id(work), blocking or self.blocking_wait)
         if self._forgets_works:
             rec.emit("forget_work", id(work))  # waited once: its clock would only pile up in a long run
+
+    def _dropped(self, key: int) -> None:
+        """A Work died unwaited: nothing can wait for it any more, so its clock goes too."""
+        entry = self.pending.get(key)
+        if entry is None or _target(entry[0]) is not None:
+            return  # waited already, or the id belongs to a newer live Work
+        del self.pending[key]
+        # Told to the detector at the next collective, not now: a garbage collection can run this callback while
+        # the recorder's lock is held.
+        self._dropped_works.append(key)
 
     def install(self) -> None:
         try:
@@ -202,3 +235,4 @@ class CollectiveHooks:
             cls, name, original = self._saved.pop()
             setattr(cls, name, original)
         self.pending.clear()
+        self._handoff.clear()

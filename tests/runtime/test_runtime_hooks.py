@@ -160,3 +160,39 @@ def test_collective_is_an_access_by_the_group_stream_and_wait_orders_it_back(mon
     assert sink.calls[5:] == [("work_wait", me, "cuda:0/s0", sink.calls[0][7], False),
                               ("work_wait", me, "cuda:0/s0", sink.calls[2][7], False)]
     assert sink.calls[0][7] == id(work) and sink.calls[2][7] == id(gather)
+
+
+def test_a_work_dropped_unwaited_is_not_kept_alive_and_its_clock_is_forgotten(monkeypatch):
+    """DeepSpeed drops some Works without waiting: holding them would keep their tensors and events alive."""
+    import gc
+    import weakref
+
+    from streamcheck.instrument.detector import Detector
+
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    detector = Detector()
+    rec = Recorder(detector)
+    rec.current_raw_stream = lambda device: 0
+    hooks = CollectiveHooks(rec, lambda: OnDeviceZero(PinnedMemory(cuda_available=False)))
+    hooks.install()
+    try:
+        t = torch.ones(8)
+        with StreamcheckMode(rec, {}, PinnedMemory(cuda_available=False), hooks):
+            dropped = dist.all_reduce(t, async_op=True)
+            dropped_id = id(dropped)
+            dropped_ref = weakref.ref(dropped)
+            assert list(detector.clocks.of_work) == [dropped_id]
+            for _ in range(70):  # more collectives than the hand-off holds
+                dist.all_reduce(t, async_op=True).wait()
+            del dropped
+            gc.collect()
+            assert dropped_ref() is None  # the program let it go, and so did streamcheck
+            assert dropped_id not in hooks.pending
+            dist.all_reduce(t, async_op=True).wait()  # the next collective tells the detector
+    finally:
+        hooks.uninstall()
+        dist.destroy_process_group()
+    assert detector.clocks.of_work == {}
+    assert hooks.pending == {}
