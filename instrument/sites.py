@@ -48,6 +48,7 @@ class SiteTable:
         internal.extend(extra_internal)
         self._internal_prefixes = tuple(internal)
         self._is_internal_code: dict[int, bool] = {}
+        self._shallow: set[int] = set()  # ids of code objects blamed on a stack shorter than `depth`
         self._code_keepalive: dict[int, object] = {}
         self._ids: dict[tuple, int] = {}
         self._chains: list[list[tuple]] = []
@@ -81,9 +82,10 @@ class SiteTable:
             frame = frame.f_back
         if frame is None:
             return UNKNOWN_SITE
-        if self.depth == 8:
+        if self.depth == 8 and id(frame.f_code) not in self._shallow:
             # Unrolled (this runs once per op): (code object id, bytecode offset) of 8 frames; the bytecode offset
-            # is cheaper than f_lineno and as precise. A shorter stack ends the expression at a None.
+            # is cheaper than f_lineno and as precise. A shorter stack ends the expression at a None; code blamed
+            # once on a short stack takes the loop from then on (an exception per op would cost more than the loop).
             f = frame
             try:
                 key = (id(f.f_code), f.f_lasti, id((f := f.f_back).f_code), f.f_lasti,
@@ -91,9 +93,10 @@ class SiteTable:
                        id((f := f.f_back).f_code), f.f_lasti, id((f := f.f_back).f_code), f.f_lasti,
                        id((f := f.f_back).f_code), f.f_lasti, id((f := f.f_back).f_code), f.f_lasti)
             except AttributeError:
+                self._shallow.add(id(frame.f_code))
                 key = self._key(frame)
         else:
-            key = self._key(frame)
+            key = self._key(frame)  # the same key the unrolled form builds, for any depth
         site = self._ids.get(key)
         if site is None:
             site = self._intern(key, frame)
