@@ -74,7 +74,9 @@ def stream_label(actor: str, names: Mapping[str, str] | None = None, world_size:
     if names and names.get(actor):
         name = str(names[actor])
         match = _STREAM.match(actor)
-        if match and "stream" not in name:  # "first used at x.py:3 in f" -> "side stream first used at ..."
+        # "first used at x.py:3 in f" -> "side stream first used at ..."; look only before " at " so that a file
+        # name such as test_streams.py does not count as the name already saying "stream".
+        if match and "stream" not in name.split(" at ", 1)[0]:
             name = f"{'compute' if match.group(2) == '0' else 'side'} stream {name}"
         device = device_of(actor)
         if device is None or "cuda:" in name:

@@ -15,6 +15,8 @@ from streamcheck.report.runtime import describe, enrich, headline, stream_label
      "side stream created at coordinator.py:115 on cuda:0"),
     ("cuda:0/s7", {"cuda:0/s7": "first used at train.py:12 in step"}, 0,
      "side stream first used at train.py:12 in step on cuda:0"),
+    ("cuda:0/s7", {"cuda:0/s7": "first used at test_streams.py:23 in test_side"}, 0,
+     "side stream first used at test_streams.py:23 in test_side on cuda:0"),
     ("cuda:0/s0", {"cuda:0/s0": "compute stream"}, 0, "compute stream cuda:0"),
     ("nccl:0/1", None, 2, "NCCL stream of group [0, 1] on cuda:1"),
     ("nccl:3/0", None, 2, "NCCL stream of group 3 on cuda:0"),
