@@ -342,7 +342,7 @@ class _FactsVisitor(ast.NodeVisitor):
             self._access("read", node.func.value, line, col, method)
         for kw in node.keywords:
             if kw.arg == "out":
-                for elt in _elements(kw.value):
+                for elt in elements(kw.value):
                     self._access("write", elt, line, col, "out=")
         host_only = callee in HOST_ONLY_FUNCTIONS or (method in HOST_ONLY_METHODS and not on_module)
         if host_only or sync_kind:
@@ -351,11 +351,11 @@ class _FactsVisitor(ast.NodeVisitor):
             return  # naming a stream or event touches no tensor
         collective = matches_name(callee, self.collectives)
         for arg in node.args:
-            for elt in _elements(arg):
+            for elt in elements(arg):
                 self._access("read", elt, line, col, last, collective)
         for kw in node.keywords:
             if kw.arg not in (None, "out"):
-                for elt in _elements(kw.value):
+                for elt in elements(kw.value):
                     self._access("read", elt, line, col, last, collective)
 
     def _sync_kind(self, node: ast.Call, callee: str, method: str | None, receiver: str) -> str:
@@ -446,12 +446,12 @@ def _drop_unwritten_locals(fn: FunctionFacts) -> None:
     fn.accesses = [a for a in fn.accesses if "." in a.path or a.path in written or a.owner]
 
 
-def _elements(node: ast.AST) -> list[ast.AST]:
+def elements(node: ast.AST) -> list[ast.AST]:
     """A call argument and, for literal lists/tuples and comprehensions, the expressions inside."""
     if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
-        return [e for elt in node.elts for e in _elements(elt)]
+        return [e for elt in node.elts for e in elements(elt)]
     if isinstance(node, (ast.ListComp, ast.GeneratorExp, ast.SetComp)):
-        return _elements(node.elt)
+        return elements(node.elt)
     if isinstance(node, ast.IfExp):
-        return _elements(node.body) + _elements(node.orelse)
+        return elements(node.body) + elements(node.orelse)
     return [node]

@@ -18,6 +18,7 @@ import ast
 from typing import TYPE_CHECKING
 
 from .facts import NO_REGION, AsyncCopy, AsyncWork, FileFacts, FunctionFacts, Placement, Use
+from .extract import elements
 from .options import matches_name
 
 if TYPE_CHECKING:
@@ -132,7 +133,7 @@ class HazardCollector:
 
     def _arguments(self, node: ast.Call, how: str) -> None:
         for expr in list(node.args) + [k.value for k in node.keywords if k.arg not in ("out", "non_blocking")]:
-            for elt in _elements(expr):
+            for elt in elements(expr):
                 if isinstance(elt, (ast.Name, ast.Attribute, ast.Subscript, ast.Starred, ast.Call)):
                     if isinstance(elt, ast.Call) and not _is_view_call(elt, self.view_methods):
                         temporary = self._unbound_copy(elt)  # `int(x.cpu(non_blocking=True))`
@@ -146,7 +147,7 @@ class HazardCollector:
                         self._use(path, how, elt)
         for kw in node.keywords:
             if kw.arg == "out":
-                for elt in _elements(kw.value):
+                for elt in elements(kw.value):
                     path = self._mark(elt)
                     if path:
                         self._use(path, "write", elt, "out=")
@@ -187,7 +188,7 @@ class HazardCollector:
         tensors: list[str] = []
         exprs = list(node.args) + [v for k, v in keywords.items() if k not in NON_TENSOR_KEYWORDS]
         for expr in exprs:
-            for elt in _elements(expr):
+            for elt in elements(expr):
                 if isinstance(elt, ast.Constant) or self._is_module(elt):
                     continue
                 if isinstance(elt, ast.Call) and not _is_view_call(elt, self.view_methods):
@@ -307,7 +308,7 @@ class HazardCollector:
             if aliased:
                 self._use(aliased, "escape", value)
         else:  # `y = x`, `self.buf = x`, `y = x.view(-1)`, `d[k] = (a, b)`: aliased or stored, tracked no further
-            for elt in _elements(value):
+            for elt in elements(value):
                 if isinstance(elt, (ast.Name, ast.Attribute, ast.Subscript)) or _is_view_call(elt, self.view_methods):
                     aliased = self._mark(elt)
                     if aliased:
@@ -315,7 +316,7 @@ class HazardCollector:
         dropped = isinstance(value, ast.Constant) and value.value is None
         swapped = self.access_path(value) is not None  # `p.data = p._mp_param`: the old storage may be kept too
         for target in targets:
-            for elt in _elements(target):
+            for elt in elements(target):
                 self._store(elt, node, "None" if dropped else "", swapped)
 
     def _store(self, target: ast.AST, statement: ast.AST, value: str = "", swapped: bool = False) -> None:
@@ -349,7 +350,7 @@ class HazardCollector:
     def _escape(self, node: ast.Return | ast.Yield | ast.YieldFrom) -> None:
         if node.value is None:
             return
-        for elt in _elements(node.value):
+        for elt in elements(node.value):
             if isinstance(elt, (ast.Name, ast.Attribute, ast.Subscript)):
                 path = self._mark(elt)
                 if path:
@@ -443,13 +444,3 @@ def _bound_values(value: ast.AST) -> list[ast.AST]:
     if isinstance(value, (ast.List, ast.Tuple)):
         return [v for elt in value.elts for v in _bound_values(elt)]
     return [value]
-
-
-def _elements(node: ast.AST) -> list[ast.AST]:
-    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
-        return [e for elt in node.elts for e in _elements(elt)]
-    if isinstance(node, (ast.ListComp, ast.GeneratorExp, ast.SetComp)):
-        return _elements(node.elt)
-    if isinstance(node, ast.IfExp):
-        return _elements(node.body) + _elements(node.orelse)
-    return [node]
