@@ -1,7 +1,7 @@
 """`streamcheck explain SC101`: print a rule's documentation from the rule's own docstring.
 
-Covers the rules package's rules and the two the scan driver reports itself (SC001 unscannable file, SC002 unused
-suppression). Without a rule id it lists them all.
+Covers the rules package's rules, the two the scan driver reports itself (SC001 unscannable file, SC002 unused
+suppression) and the runtime detector's SC201-SC203. Without a rule id it lists them all.
 """
 
 from __future__ import annotations
@@ -15,12 +15,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from streamcheck.report.runtime import RUNTIME_RULES
     from streamcheck.rules.registry import all_rules
     from streamcheck.scanning import DRIVER_RULES
 
     docs = {rule_id: (summary, doc) for rule_id, (summary, doc) in DRIVER_RULES.items()}
     for rule in all_rules():
         docs[rule.id] = (rule.summary, rule.documentation())
+    for rule_id, info in RUNTIME_RULES.items():
+        docs[rule_id] = (info.summary, info.documentation)
     if not args.rule:
         for rule_id, (summary, _) in sorted(docs.items()):
             print(f"{rule_id}  {summary}")

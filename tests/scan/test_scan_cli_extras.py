@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from streamcheck.cli import main
@@ -30,6 +31,17 @@ def test_explain_prints_a_rules_documentation(capsys):
         "What it does:", "Why it is bad:", "Example:", "Fix:"]
     assert main(["explain", "SC101"]) == 0
     assert capsys.readouterr().out.startswith("SC101: ")
+
+
+@pytest.mark.parametrize("rule_id", ["SC201", "SC202", "SC203"])
+def test_explain_covers_the_runtime_rules(capsys, rule_id):
+    assert main(["explain", rule_id]) == 0
+    doc = capsys.readouterr().out
+    assert doc.startswith(f"{rule_id}: ")
+    assert [s for s in ("What it does:", "Why it is bad:", "Example:", "Fix:") if s in doc] == [
+        "What it does:", "Why it is bad:", "Example:", "Fix:"]
+    assert main(["explain"]) == 0
+    assert any(line.split()[0] == rule_id for line in capsys.readouterr().out.splitlines())
 
 
 def test_explain_unknown_rule_exits_2(capsys):
