@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from .dispatch import collect_tensors
 from .recorder import Recorder
 
 _READ_ONLY_OPS = frozenset({"c10d::send"})
@@ -36,14 +37,6 @@ _HANDOFF = 64  # Works held strongly until the program's own reference exists (o
 def _target(ref: Any) -> Any:
     """The Work behind a pending entry (None once a weakly held Work died)."""
     return ref() if isinstance(ref, weakref.ref) else ref
-
-
-def _tensors(value: Any, out: list) -> None:
-    if isinstance(value, torch.Tensor):
-        out.append(value)
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            _tensors(item, out)
 
 
 class CollectiveHooks:
@@ -104,7 +97,7 @@ class CollectiveHooks:
                 elif role == "async":
                     async_op = True if value is None else bool(value)
                 else:
-                    _tensors(value, reads if role == "read" else writes)
+                    collect_tensors(value, reads if role == "read" else writes)
             collector = self.collector_factory()
             read_ranges = collector.ranges_of(reads)
             write_ranges = collector.ranges_of(writes)

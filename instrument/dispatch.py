@@ -107,12 +107,13 @@ def build_plan(func: Any) -> OpPlan:
     return OpPlan(name, ACCESS, tuple(reads), tuple(writes), fresh, len(schema.returns) == 1)
 
 
-def _collect(value: Any, out: list) -> None:
+def collect_tensors(value: Any, out: list) -> None:
+    """Append the tensors in `value` (a tensor, or nested lists/tuples of them) to `out`."""
     if isinstance(value, torch.Tensor):
         out.append(value)
     elif isinstance(value, (list, tuple)):
         for item in value:
-            _collect(item, out)
+            collect_tensors(item, out)
 
 
 def byte_range(tensor: torch.Tensor) -> tuple[int, int, int] | None:
@@ -145,7 +146,7 @@ def tensors_of(where: tuple, args: tuple, kwargs: dict) -> list:
     for position, name in where:
         value = args[position] if 0 <= position < n_args else kwargs.get(name)
         if value is not None:
-            _collect(value, tensors)
+            collect_tensors(value, tensors)
     return tensors
 
 
@@ -159,10 +160,10 @@ def fresh_outputs(plan: OpPlan, out: Any) -> list:
     if not plan.fresh_returns:
         return tensors
     if plan.single_return:
-        _collect(out, tensors)
+        collect_tensors(out, tensors)
     else:
         for i in plan.fresh_returns:
-            _collect(out[i], tensors)
+            collect_tensors(out[i], tensors)
     return tensors
 
 
