@@ -2,11 +2,13 @@
 
     python3 benchmarks/overhead.py [--gpus 2] [--steps 8] [--warmup 1] [--csan-continue] [--out DIR]
 
-One `torchrun` job runs examples/deepspeed_hpz/train.py with `--phases plain,passthrough,streamcheck,csan`: the
+One `torchrun` job runs examples/deepspeed_hpz/train.py with `--phases plain,passthrough,streamcheck,streamcheck_mode,csan`: the
 same process, model and data run `--steps` measured steps (after `--warmup` unmeasured ones) in each mode, in
 that order (CSAN last, since it cannot be switched off). `--gpus 2` is the seed workload (ZeRO-3, hpZ 2);
 `--gpus 1` a single-GPU ZeRO-3 variant (no hpZ). Printed: the median step time of each mode and its ratio to
 plain, the ops per step (counted by the pass-through mode), and the analysis cost per op:
+`streamcheck` is the default backend (the native C++ hook, instrument/native.py), `streamcheck_mode` the same
+detector fed by the Python dispatch mode (STREAMCHECK_BACKEND=mode);
 (streamcheck - pass-through) / ops — what streamcheck adds on top of seeing the ops at all — and
 (streamcheck - plain) / ops. The streamcheck phase's findings (rank 0) and CSAN's error count are printed too.
 
@@ -28,7 +30,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN = ROOT / "examples" / "deepspeed_hpz" / "train.py"
-PHASES = ("plain", "passthrough", "streamcheck", "csan")
+PHASES = ("plain", "passthrough", "streamcheck", "streamcheck_mode", "csan")
 
 
 def command(args: argparse.Namespace, result: Path, sc_out: Path) -> list[str]:
@@ -68,10 +70,13 @@ def report(result: dict, args: argparse.Namespace) -> str:
             lines.append(f"analysis cost per op: {(sc - base) / ops * 1000:.1f} µs over pass-through, "
                          f"{(sc - plain) / ops * 1000:.1f} µs over plain" if plain else "")
             lines.append(f"pass-through cost per op: {(base - plain) / ops * 1000:.1f} µs over plain" if plain else "")
-    if "streamcheck" in phases:
-        sc = phases["streamcheck"]
-        lines.append(f"streamcheck: {sc.get('events', '?')} detector events, internal errors {sc.get('internal_errors')}, "
-                     f"{len(sc.get('findings', []))} finding(s) on rank 0")
+    for name in ("streamcheck", "streamcheck_mode"):
+        if name not in phases:
+            continue
+        sc = phases[name]
+        lines.append(f"{name} (backend {sc.get('backend')}): {sc.get('events', '?')} detector events, internal errors "
+                     f"{sc.get('internal_errors')}, {len(sc.get('findings', []))} finding(s) on rank 0")
+        lines.extend(f"  note: {note}" for note in sc.get("notes", []))
         lines.extend(f"  - {finding}" for finding in sc.get("findings", []))
     if "csan" in phases:
         errors = phases["csan"].get("csan_errors", [0])[0]

@@ -79,19 +79,31 @@ class CollectiveHooks:
         return roles
 
     def dispatch(self, func: Any, plan: Any, args: tuple, kwargs: dict) -> Any:
+        """The dispatch mode's path: before, the op, after."""
+        token = self.before(func, plan.name, args, kwargs)
+        try:
+            out = func(*args, **kwargs)
+        except BaseException:
+            self.after(token, None)
+            raise
+        self.after(token, out)
+        return out
+
+    def before(self, func: Any, name: str, args: tuple, kwargs: dict) -> Any:
+        """Read the collective's arguments before it runs; returns what `after` needs (None: nothing to report)."""
         rec = self.recorder
         if self._dropped_works:
             dropped, self._dropped_works = self._dropped_works, []
             if self._forgets_works:
                 rec.emit_now([("forget_work", (key,)) for key in dropped])
         try:
-            roles = self._roles(func, plan.name)
+            roles = self._roles(func, name)
             reads: list = []
             writes: list = []
             group = None
             async_op = True
-            for position, name, role in roles:
-                value = args[position] if position < len(args) else kwargs.get(name)
+            for position, arg_name, role in roles:
+                value = args[position] if position < len(args) else kwargs.get(arg_name)
                 if role == "group":
                     group = value
                 elif role == "async":
@@ -102,27 +114,32 @@ class CollectiveHooks:
             read_ranges = collector.ranges_of(reads)
             write_ranges = collector.ranges_of(writes)
             device = collector.device
+            site = rec.sites.capture(2)
             outer = rec.begin_op()
         except Exception as exc:  # noqa: BLE001
             rec.fail(exc)
-            return func(*args, **kwargs)
+            return None
+        return (name, group, async_op, read_ranges, write_ranges, device, site, outer)
+
+    def after(self, token: Any, out: Any) -> None:
+        """Report the collective once it was launched (`out` is None when the op raised)."""
+        if token is None:
+            return
+        rec = self.recorder
+        name, group, async_op, read_ranges, write_ranges, device, site, outer = token
+        deferred = rec.end_op(outer)
         try:
-            out = func(*args, **kwargs)
-        finally:
-            deferred = rec.end_op(outer)
-        try:
-            if device >= 0:
+            if device >= 0 and out is not None:
                 work = self._remember_work(out, device)
                 thread = rec.thread_actor()
                 stream = rec.stream_actor(device)
                 comm = f"nccl:{self._group_name(group)}/{device}"
-                site = rec.sites.capture(2)
                 calls = []
                 if comm not in self._named_comms:
                     self._named_comms.add(comm)
                     calls.append(("stream_name", (comm, self._comm_title(group))))
                 calls += [("collective", (thread, stream, comm, read_ranges, write_ranges, async_op, work, site,
-                                         plan.name))]
+                                         name))]
                 # ProcessGroupNCCL keeps the collective's blocks from reuse until its stream is done with them
                 # (recordStream on that stream, or the tensors held by the Work until wait()): for the allocator,
                 # the communication stream is a recorded user of each of them.
@@ -135,7 +152,6 @@ class CollectiveHooks:
                 rec.emit_now(deferred)
         except Exception as exc:  # noqa: BLE001
             rec.fail(exc)
-        return out
 
     def _group_name(self, group: Any) -> str:
         if group is None:

@@ -285,7 +285,7 @@ class StreamcheckMode(TorchDispatchMode):
 
     def _finish(self, plan: OpPlan, device: int, reads: list, writes: list, out: Any, outer: Any) -> None:
         rec = self.recorder
-        allocs = None  # (base, tensor, allocated by the device's caching allocator)
+        allocs = None  # (base, storage bytes, allocated by the device's caching allocator)
         if plan.fresh_returns:
             fresh_blocks = rec.fresh_blocks
             outputs = (out,) if plan.single_return else [out[i] for i in plan.fresh_returns]
@@ -304,12 +304,12 @@ class StreamcheckMode(TorchDispatchMode):
                         if fresh_blocks.pop(rng[0], None):
                             if allocs is None:
                                 allocs = []
-                            allocs.append((rng[0], tensor, True))
+                            allocs.append((rng[0], tensor.untyped_storage().nbytes(), True))
                     elif self.pinned.is_pinned(tensor, rng[0], True):
                         # A fresh pinned block: what happened at this address before is another tensor's story.
                         if allocs is None:
                             allocs = []
-                        allocs.append((rng[0], tensor, False))
+                        allocs.append((rng[0], tensor.untyped_storage().nbytes(), False))
                     else:
                         continue
                     writes.append(rng)
@@ -324,15 +324,19 @@ class StreamcheckMode(TorchDispatchMode):
         rec.emit_access(thread, stream, reads, writes, site, plan.name, allocs, deferred)
 
     def _record_stream(self, args: tuple) -> None:
-        rec = self.recorder
-        try:
-            tensor, stream = args[0], args[1]
-            rng = byte_range(tensor)
-            if rng is None or tensor.get_device() < 0:
-                return
-            handle = torch.cuda.Stream(
-                stream_id=stream.stream_id, device_index=stream.device_index, device_type=stream.device_type
-            ).cuda_stream
-            rec.emit("record_stream", rng[0], rec.stream_actor(stream.device_index, handle))
-        except Exception as exc:  # noqa: BLE001
-            rec.fail(exc)
+        report_record_stream(self.recorder, args)
+
+
+def report_record_stream(rec: Recorder, args: tuple) -> None:
+    """`tensor.record_stream(stream)`: the allocator will wait for `stream` before reusing the tensor's block."""
+    try:
+        tensor, stream = args[0], args[1]
+        rng = byte_range(tensor)
+        if rng is None or tensor.get_device() < 0:
+            return
+        handle = torch.cuda.Stream(
+            stream_id=stream.stream_id, device_index=stream.device_index, device_type=stream.device_type
+        ).cuda_stream
+        rec.emit("record_stream", rng[0], rec.stream_actor(stream.device_index, handle))
+    except Exception as exc:  # noqa: BLE001
+        rec.fail(exc)

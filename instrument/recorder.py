@@ -51,7 +51,10 @@ class Recorder:
     def __init__(self, sink: Any, sites: SiteTable | None = None, on_error: Callable[[BaseException], None] | None = None):
         self.sink = sink
         self.sites = sites if sites is not None else SiteTable()
-        self.active = True
+        self._active = True
+        self.on_active_change: Callable[[bool], None] | None = None  # the native hook mirrors `active` in C++
+        # The native hook's "is this thread inside an op?" (it then expects the callback held back): None without it
+        self.hold_callback: Callable[[], bool] | None = None
         self.on_error = on_error
         self.error: BaseException | None = None
         self.pending_raise: RaceError | None = None
@@ -69,6 +72,16 @@ class Recorder:
             getattr(sink, "free_can_race") if callable(getattr(type(sink), "free_can_race", None)) else None)
         self.current_device: Callable[[], int] = lambda: 0
         self.current_raw_stream: Callable[[int], int] = lambda device: 0
+
+    @property
+    def active(self) -> bool:
+        return self._active
+
+    @active.setter
+    def active(self, value: bool) -> None:
+        self._active = value
+        if self.on_active_change is not None:
+            self.on_active_change(value)
 
     def sink_has(self, method: str) -> bool:
         """Whether the sink (or a sink of a Tee) implements an optional method such as `forget_work`."""
@@ -167,6 +180,10 @@ class Recorder:
                 deferred = tls.deferred = []  # the list only exists for the few ops that fire callbacks
             deferred.append((method, args))
             return
+        hold = self.hold_callback
+        if hold is not None and hold():
+            tls.deferred = [(method, args)]  # taken by the op's own event (instrument/native.py)
+            return
         self.emit_now(((method, args),))
 
     def emit_now(self, calls) -> None:
@@ -188,8 +205,8 @@ class Recorder:
             with self.lock:
                 sink = self.sink
                 if allocs:
-                    for base, tensor, on_device in allocs:
-                        sink.alloc(base, tensor.untyped_storage().nbytes(), stream if on_device else thread, site)
+                    for base, nbytes, on_device in allocs:
+                        sink.alloc(base, nbytes, stream if on_device else thread, site)
                 if stream is thread:
                     sink.host_access(thread, reads, writes, site, op)
                 else:

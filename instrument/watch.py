@@ -82,7 +82,8 @@ class Watch:
 
     def __init__(self, out_dir: str | os.PathLike | None = None, *, rank: int | None = None,
                  world_size: int | None = None, fail_fast: bool = False, trace: str | os.PathLike | None = None,
-                 echo: bool = True, append: bool = False, steps: tuple[int, int] | None = None) -> None:
+                 echo: bool = True, append: bool = False, steps: tuple[int, int] | None = None,
+                 backend: str | None = None) -> None:
         self.out_dir = Path(out_dir if out_dir is not None else os.environ.get("STREAMCHECK_OUT", "."))
         self.rank = int(rank if rank is not None else os.environ.get("RANK", 0))
         self.world_size = int(world_size if world_size is not None else os.environ.get("WORLD_SIZE", 1))
@@ -91,6 +92,9 @@ class Watch:
         self.echo = echo
         self.append = append
         self.steps = steps  # instrument only optimizer steps [first, last) (instrument/sampling.py)
+        self.backend_choice = backend  # auto | native | mode; None: STREAMCHECK_BACKEND (instrument/native.py)
+        self.backend: str | None = None  # what the hooks run on, once started
+        self.notes: list[str] = []  # not errors: how the watch runs (a fallback to the dispatch mode)
         self.findings: dict[tuple, Finding] = {}
         self.counts: dict[tuple, int] = {}
         self.errors: list[str] = []
@@ -192,6 +196,8 @@ class Watch:
         def make_mode() -> StreamcheckMode:
             return StreamcheckMode(rec, plans, pinned, collectives)
 
+        native_hooks = self._native_hooks(collectives)
+
         if torch.cuda.is_available():
             from . import cuda_trace
 
@@ -199,7 +205,7 @@ class Watch:
             self._hooks.append(cuda_trace)
         collectives.install()
         self._hooks.append(collectives)
-        threads = ThreadHooks(rec, make_mode)
+        threads = ThreadHooks(rec, native_hooks.thread_entry if native_hooks is not None else make_mode)
         threads.install()
         self._hooks.append(threads)
         if self.steps is not None:
@@ -208,10 +214,38 @@ class Watch:
             window = StepWindow(rec, self.detector, *self.steps)
             window.install()
             self._hooks.append(window)
+        if native_hooks is not None:
+            native_hooks.install()
+            self._hooks.append(native_hooks)
+            self.backend = "native"
+            return
+        self.backend = "mode"
         self._mode = make_mode()
         # Kept entered (not a `with` block) so the autograd engine's threads see it too.
         self._mode.__enter__()
         self._mode_thread = threading.get_ident()
+
+    def _native_hooks(self, collectives: Any) -> Any:
+        """The C++ per-op hook (instrument/native.py), or None for the dispatch mode (STREAMCHECK_BACKEND)."""
+        from . import native
+
+        backend = self.backend_choice or native.backend_from_environment()
+        if backend == "mode":
+            return None
+        try:
+            module = native.load()
+        except native.NativeUnavailable as exc:
+            if backend == "native":
+                raise
+            self.notes.append(f"native hook unavailable, using the dispatch mode (slower): {exc}")
+            if self.echo:
+                print(f"streamcheck: native hook unavailable, using the dispatch mode (slower): {exc}",
+                      file=sys.stderr)
+            return None
+        from .dispatch import report_record_stream
+
+        return native.NativeHooks(self.recorder, collectives, lambda args: report_record_stream(self.recorder, args),
+                                  module)
 
     def _uninstall_hooks(self) -> None:
         if self._mode is not None:

@@ -95,11 +95,15 @@ def phase_hooks(phase: str, args: argparse.Namespace, rank: int):
             yield hooks
         finally:
             mode.__exit__(None, None, None)
-    elif phase == "streamcheck":
+    elif phase in ("streamcheck", "streamcheck_mode"):
         from streamcheck.instrument.watch import Watch
 
-        watch = Watch(args.sc_out, rank=rank, world_size=torch.distributed.get_world_size())
+        backend = "mode" if phase == "streamcheck_mode" else None  # None: STREAMCHECK_BACKEND, else the native hook
+        watch = Watch(f"{args.sc_out}-{phase}", rank=rank, world_size=torch.distributed.get_world_size(),
+                      backend=backend)
         watch.start()
+        hooks.extra["backend"] = watch.backend
+        hooks.extra["notes"] = watch.notes
         try:
             yield hooks
         finally:
@@ -128,7 +132,7 @@ def phase_hooks(phase: str, args: argparse.Namespace, rank: int):
         csan.enable_cuda_sanitizer()
         yield hooks
     else:
-        raise SystemExit(f"unknown phase {phase!r} (plain, passthrough, streamcheck, csan)")
+        raise SystemExit(f"unknown phase {phase!r} (plain, passthrough, streamcheck, streamcheck_mode, csan)")
 
 
 def soak_line(rank: int, step: int, window_ms: list) -> None:
@@ -155,7 +159,7 @@ def main() -> None:
     parser.add_argument("--seq", type=int, default=256)
     parser.add_argument("--micro-batch", type=int, default=2)
     parser.add_argument("--result", default=None, help="JSON file rank 0 writes (losses, step times)")
-    parser.add_argument("--phases", default="plain", help="comma-separated: plain, passthrough, streamcheck, csan")
+    parser.add_argument("--phases", default="plain", help="comma-separated: plain, passthrough, streamcheck, streamcheck_mode, csan")
     parser.add_argument("--warmup", type=int, default=0, help="unmeasured steps before each phase's --steps")
     parser.add_argument("--sc-out", default="sc-phase", help="findings directory of the streamcheck phase")
     parser.add_argument("--csan-continue", action="store_true", help="count CSAN's errors instead of raising")

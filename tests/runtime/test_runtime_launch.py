@@ -9,6 +9,8 @@ import sys
 import textwrap
 import threading
 
+import pytest
+
 from streamcheck.cli import main
 from streamcheck.instrument.launch import is_launcher
 
@@ -70,20 +72,30 @@ def test_run_reports_a_command_that_cannot_start(tmp_path, capsys):
     assert "cannot start" in capsys.readouterr().err
 
 
-def test_watched_threads_enter_the_mode_and_report_start_and_join(tmp_path):
+@pytest.mark.parametrize("backend", ["mode", "native"])
+def test_watched_threads_enter_the_hook_and_report_start_and_join(tmp_path, backend):
     import torch.utils._python_dispatch as python_dispatch
 
     import streamcheck
+    from streamcheck.instrument import native
     from streamcheck.instrument.dispatch import StreamcheckMode
 
-    modes = []
+    seen = []
     trace = tmp_path / "trace.jsonl"
-    with streamcheck.watch(tmp_path, trace=trace, echo=False) as w:
-        child = threading.Thread(target=lambda: modes.append(python_dispatch._get_current_dispatch_mode()))
+
+    def child_sees():
+        if backend == "mode":
+            seen.append(isinstance(python_dispatch._get_current_dispatch_mode(), StreamcheckMode))
+        else:
+            seen.append(native.load().this_thread_watched())
+
+    with streamcheck.watch(tmp_path, trace=trace, echo=False, backend=backend) as w:
+        assert w.backend == backend
+        child = threading.Thread(target=child_sees)
         child.start()
         child.join()
         parent = w.recorder.thread_actor()
-    assert isinstance(modes[0], StreamcheckMode)
+    assert seen == [True]
     events = [json.loads(line) for line in trace.read_text().splitlines()]
     links = [(e["e"], e["parent"], e["child"]) for e in events if e["e"].startswith("thread_")]
     assert links == [("thread_start", parent, f"T{child.ident}"), ("thread_join", parent, f"T{child.ident}")]

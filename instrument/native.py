@@ -1,0 +1,191 @@
+"""The native backend: instrument/native_hook.cpp sees every op in C++ and calls Python only with what it found.
+
+Same model as the dispatch mode (instrument/dispatch.py), a third of its cost: a Python TorchDispatchMode costs
+about 1.5x on a launch-bound step before doing any work (every op's arguments go to Python and back). The C++ hook
+reads the same schema plans, computes the byte ranges and the current stream, and calls `NativeHooks.on_access`
+once per op that touched CUDA or pinned memory, with plain integers. Collectives and `record_stream` go to the
+same Python code as in the mode (`on_special`, with the op's arguments as Python objects).
+
+The extension is compiled on first use with torch's JIT builder (a C++ compiler and ninja; about a minute, cached in
+torch's extension directory, rebuilt when the source changes). Where it cannot be built, `load()` raises
+NativeUnavailable with the reason and the watch falls back to the dispatch mode (STREAMCHECK_BACKEND=mode forces
+the mode, =native forbids the fallback).
+
+Blind spots it shares with the mode: ops that never reach the dispatcher. Its own: inner ops of a composite op
+(it sees `aten::linear`, not the `addmm` it becomes) — the composite op's schema names the same reads and writes.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .recorder import RaceError, Recorder
+
+SOURCE = Path(__file__).with_name("native_hook.cpp")
+BACKENDS = ("auto", "native", "mode")
+
+_module: Any = None
+_load_error: str | None = None
+
+
+class NativeUnavailable(RuntimeError):
+    """The C++ hook could not be built or loaded here; the message says why."""
+
+
+def backend_from_environment() -> str:
+    value = os.environ.get("STREAMCHECK_BACKEND", "auto").strip().lower() or "auto"
+    if value not in BACKENDS:
+        raise ValueError(f"STREAMCHECK_BACKEND={value!r}: expected one of {', '.join(BACKENDS)}")
+    return value
+
+
+def load() -> Any:
+    """Build (first time) and import the extension; NativeUnavailable with the reason when that fails."""
+    global _module, _load_error
+    if _module is not None:
+        return _module
+    if _load_error is not None:
+        raise NativeUnavailable(_load_error)
+    try:
+        from torch.utils.cpp_extension import load as load_extension
+
+        _module = load_extension("streamcheck_native_hook", [str(SOURCE)], extra_cflags=["-O2"], verbose=False)
+    except Exception as exc:  # noqa: BLE001 - no compiler, no ninja, headers that do not match...
+        _load_error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"
+        raise NativeUnavailable(_load_error) from exc
+    return _module
+
+
+class ThreadEntry:
+    """What `ThreadHooks` enters in a user thread: the hook's key in that thread's dispatch key set."""
+
+    def __init__(self, module: Any) -> None:
+        self.module = module
+
+    def __enter__(self) -> "ThreadEntry":
+        self.module.watch_this_thread(True)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.module.watch_this_thread(False)
+
+
+class NativeHooks:
+    """The Python half of the native hook: turns its calls into the Recorder's events."""
+
+    def __init__(self, recorder: Recorder, collectives: Any, record_stream: Any, module: Any) -> None:
+        self.recorder = recorder
+        self.collectives = collectives
+        self.record_stream = record_stream  # (args) -> None, dispatch.StreamcheckMode._record_stream's job
+        self.module = module
+        self._names: list[str] = []
+        self._overloads: dict[int, Any] = {}
+
+    # ---- life cycle ------------------------------------------------------------------------------------------------
+    def install(self) -> None:
+        native = self.module
+        rec = self.recorder
+        native.install(self.on_access, self.on_special, self.after_special, self.on_error)
+        pinned = torch.empty(1, pin_memory=True) if torch.cuda.is_available() else None
+        native.learn_allocators(torch.empty(1), pinned)
+        rec.hold_callback = native.hold_callback
+        rec.on_active_change = native.set_active
+        native.set_active(rec.active)
+        native.watch_this_thread(True)
+
+    def uninstall(self) -> None:
+        native = self.module
+        native.set_active(False)
+        native.watch_this_thread(False)
+        rec = self.recorder
+        rec.on_active_change = None
+        rec.hold_callback = None
+        native.install(_ignore, _ignore, _ignore, _ignore)  # drop our references; the hook stays registered
+
+    def thread_entry(self) -> ThreadEntry:
+        return ThreadEntry(self.module)
+
+    # ---- called by the hook -------------------------------------------------------------------------------------------
+    def op_name(self, index: int) -> str:
+        names = self._names
+        while len(names) <= index:
+            names.append(self.module.op_name(len(names))[0])
+        return names[index]
+
+    def on_access(self, op: int, device: int, stream: int, reads: list, writes: list, fresh: list | None) -> None:
+        """One op: its reads and writes as (storage, start, end), the new tensors it wrote as
+        (storage, start, end, storage bytes, on the device)."""
+        rec = self.recorder
+        tls = rec._tls
+        deferred = getattr(tls, "deferred", None)
+        if deferred is not None:
+            tls.deferred = None
+        if not rec.active:
+            return
+        try:
+            allocs = None
+            if fresh:
+                fresh_blocks = rec.fresh_blocks
+                allocs = []
+                for base, start, end, nbytes, on_device in fresh:
+                    if not on_device or fresh_blocks.pop(base, None):
+                        allocs.append((base, nbytes, on_device))
+                    writes.append((base, start, end))
+            if not reads and not writes:
+                if deferred:
+                    rec.emit_now(deferred)
+                return
+            thread = rec.thread_actor()
+            site = rec.sites.capture(2)
+            actor = rec.stream_actor(device, stream) if device >= 0 else thread
+            name = self._names[op] if op < len(self._names) else self.op_name(op)
+        except Exception as exc:  # noqa: BLE001
+            rec.fail(exc)
+            return
+        rec.emit_access(thread, actor, reads, writes, site, name, allocs, deferred)
+
+    def on_special(self, op: int, args: tuple) -> Any:
+        """Before a collective or record_stream runs; returns what after_special gets."""
+        rec = self.recorder
+        if not rec.active:
+            return None
+        try:
+            name = self.op_name(op)
+            if name == "aten::record_stream":
+                self.record_stream(args)
+                return None
+            if not name.startswith("c10d::") or self.collectives is None:
+                return None
+            func = self._overload(op, name)
+            return self.collectives.before(func, name, args, {})
+        except RaceError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            rec.fail(exc)
+            return None
+
+    def after_special(self, token: Any, outputs: tuple | None) -> None:
+        if token is None:
+            return
+        out = None if outputs is None else outputs[0] if len(outputs) == 1 else outputs
+        self.collectives.after(token, out)
+        self.recorder.take_pending_raise()
+
+    def on_error(self, message: str) -> None:
+        self.recorder.fail(RuntimeError(message))
+
+    def _overload(self, op: int, name: str) -> Any:
+        func = self._overloads.get(op)
+        if func is None:
+            namespace, _, op_name = name.partition("::")
+            overload = self.module.op_name(op)[1] or "default"
+            func = self._overloads[op] = getattr(getattr(getattr(torch.ops, namespace), op_name), overload)
+        return func
+
+
+def _ignore(*args: Any) -> None:
+    return None

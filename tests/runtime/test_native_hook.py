@@ -1,0 +1,238 @@
+"""The native per-op hook (instrument/native_hook.cpp + native.py), on CPU tensors standing in for device tensors.
+
+`set_cpu_as_device(True)` makes the hook report CPU tensors as tensors of device 0 and take the current stream from
+`set_test_stream`, so the C++ half (plans, byte ranges, fresh outputs, copies behind aliasing returns, threads) and
+the Python half (recorder events, the detector's verdicts) run here exactly as they do on a GPU, minus the CUDA
+stream query. The extension is built on first use (a C++ compiler and ninja are in the test extra's reach).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+from streamcheck.instrument import native
+from streamcheck.instrument.watch import Watch
+
+
+@pytest.fixture(scope="module")
+def module():
+    return native.load()
+
+
+@pytest.fixture
+def calls(module):
+    """The hook's raw calls, (op name, device, stream, reads, writes, fresh), while the fixture is active."""
+    seen: list = []
+
+    def on_access(op, device, stream, reads, writes, fresh):
+        seen.append((module.op_name(op)[0], device, stream, reads, writes, fresh))
+
+    module.install(on_access, lambda op, args: None, lambda token, outs: None, lambda message: seen.append(message))
+    module.set_cpu_as_device(True)
+    module.set_test_stream(7)
+    module.set_active(True)
+    module.watch_this_thread(True)
+    try:
+        yield seen
+    finally:
+        module.watch_this_thread(False)
+        module.set_active(False)
+        module.set_cpu_as_device(False)
+        module.install(native._ignore, native._ignore, native._ignore, native._ignore)
+
+
+def base_of(t: torch.Tensor) -> int:
+    return t.untyped_storage().data_ptr()
+
+
+def test_in_place_op_on_a_view_writes_its_byte_range_and_reads_its_other_tensor(module, calls):
+    x = torch.zeros(4, 4)
+    y = torch.ones(2, 4)
+    calls.clear()
+    x[1:3].add_(y)
+    name, device, stream, reads, writes, fresh = calls[-1]
+    assert (name, device, stream) == ("aten::add_", 0, 7)
+    assert reads == [(base_of(y), 0, 32)]
+    assert writes == [(base_of(x), 16, 48)]
+    assert fresh is None
+
+
+def test_fresh_output_reports_its_storage_size_and_scalars_are_not_tensors_to_track(module, calls):
+    x = torch.ones(8)
+    calls.clear()
+    out = x * 2
+    name, _, _, reads, writes, fresh = calls[-1]
+    assert name == "aten::mul"
+    assert reads == [(base_of(x), 0, 32)]  # the wrapped scalar 2 is not a tensor the program holds
+    assert writes == []
+    assert fresh == [(base_of(out), 0, 32, 32, True)]
+
+
+def test_reshape_that_views_touches_nothing_and_reshape_that_copies_reads_and_writes(module, calls):
+    x = torch.arange(16.0).reshape(4, 4)
+    calls.clear()
+    x.reshape(16)
+    assert calls == []  # a real view: no data moved, no call
+    copied = x.t().reshape(16)
+    name, _, _, reads, writes, fresh = calls[-1]
+    assert name == "aten::reshape"
+    assert reads == [(base_of(x), 0, 64)]
+    assert fresh == [(base_of(copied), 0, 64, 64, True)]
+
+
+def test_metadata_only_ops_and_views_make_no_call(module, calls):
+    x = torch.ones(4, 4)
+    calls.clear()
+    x.t()
+    x.view(16)
+    x.size()
+    x.resize_(4, 4)
+    assert calls == []
+
+
+def test_composite_op_is_seen_once_before_it_decomposes(module, calls):
+    linear = torch.nn.Linear(4, 3)
+    x = torch.ones(2, 4)
+    calls.clear()
+    y = linear(x)
+    names = [c[0] for c in calls]
+    assert names == ["aten::linear"]
+    _, _, _, reads, _, fresh = calls[0]
+    assert reads == [(base_of(x), 0, 32), (base_of(linear.weight), 0, 48), (base_of(linear.bias), 0, 12)]
+    assert fresh == [(base_of(y), 0, 24, 24, True)]
+
+
+def test_backward_ops_and_user_threads_that_enter_are_seen(module, calls):
+    w = torch.ones(3, requires_grad=True)
+    (w * 2).sum().backward()
+    assert "aten::ones_like" in [c[0] for c in calls]  # the engine's first op of this backward
+    calls.clear()
+
+    def work():
+        module.set_test_stream(9)
+        with native.ThreadEntry(module):
+            torch.ones(2).add_(1)
+        torch.ones(2).add_(1)  # after leaving: unseen
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join()
+    assert [(c[0], c[2]) for c in calls] == [("aten::ones", 9), ("aten::add_", 9)]
+
+
+def test_inactive_hook_and_unwatched_threads_cost_no_call(module, calls):
+    module.set_active(False)
+    torch.ones(3).add_(1)
+    module.set_active(True)
+    module.watch_this_thread(False)
+    torch.ones(3).add_(1)
+    module.watch_this_thread(True)
+    assert calls == []
+
+
+def test_an_error_in_the_python_half_reaches_on_error_not_the_program(module):
+    errors: list = []
+
+    def broken(*args):
+        raise ValueError("bug in streamcheck")
+
+    # the Python half catches its own errors (NativeHooks); a raw callback that raises propagates like RaceError does
+    module.install(broken, lambda op, args: None, lambda token, outs: None, errors.append)
+    module.set_cpu_as_device(True)
+    module.set_active(True)
+    module.watch_this_thread(True)
+    try:
+        with pytest.raises(ValueError, match="bug in streamcheck"):
+            torch.ones(2).add_(1)
+    finally:
+        module.watch_this_thread(False)
+        module.set_active(False)
+        module.set_cpu_as_device(False)
+        module.install(native._ignore, native._ignore, native._ignore, native._ignore)
+
+
+# ---- the whole watch on the native backend --------------------------------------------------------------------------
+@pytest.fixture
+def native_watch(module, tmp_path):
+    watch = Watch(tmp_path, rank=0, world_size=1, echo=False, backend="native")
+    watch.start()
+    assert watch.backend == "native" and watch.recorder.active
+    module.set_cpu_as_device(True)
+    module.set_test_stream(0)
+    try:
+        yield watch
+    finally:
+        module.set_cpu_as_device(False)
+        module.set_test_stream(0)
+        watch.stop()
+
+
+def test_watch_on_native_backend_reports_a_raw_race_between_two_streams(module, native_watch):
+    module.set_test_stream(1)
+    x = torch.zeros(1024)
+    x.fill_(1.0)
+    module.set_test_stream(2)
+    x.sum()  # the read: stream 2 never waited for stream 1
+    module.set_test_stream(0)
+    races = native_watch.detector.races
+    assert [(r.kind, r.earlier.actor, r.later.actor, r.earlier.op, r.later.op) for r in races] == [
+        ("RAW", "cuda:0/s1", "cuda:0/s2", "aten::fill_", "aten::sum")]
+    assert (races[0].start, races[0].end) == (0, 4096)
+    frames = native_watch.recorder.sites.frames(races[0].later.site)
+    assert frames[0][0] == __file__ and frames[0][2] == "test_watch_on_native_backend_reports_a_raw_race_between_two_streams"
+
+
+def test_watch_on_native_backend_orders_the_read_after_an_event_wait(module, native_watch):
+    rec = native_watch.recorder
+    module.set_test_stream(1)
+    x = torch.zeros(1024)
+    x.fill_(1.0)
+    rec.emit("event_record", rec.thread_actor(), 42, "cuda:0/s1")  # what the GPU trace callbacks report
+    rec.emit("event_wait", rec.thread_actor(), 42, "cuda:0/s2")
+    module.set_test_stream(2)
+    x.sum()
+    module.set_test_stream(0)
+    assert native_watch.detector.races == []
+
+
+def test_watch_on_native_backend_fresh_output_is_a_write_of_its_stream(module, native_watch):
+    module.set_test_stream(3)
+    x = torch.ones(16)
+    base = base_of(x)
+    # no allocation callback marked the block (there is no CUDA here): a write of the stream, not an allocation
+    assert base not in native_watch.detector.allocations
+    module.set_test_stream(0)
+    shadow = native_watch.detector.shadows[base]
+    assert shadow.actor == "cuda:0/s3"
+
+
+def test_watch_falls_back_to_the_dispatch_mode_with_a_note_when_the_hook_is_unavailable(monkeypatch, tmp_path):
+    def unavailable():
+        raise native.NativeUnavailable("no compiler here")
+
+    monkeypatch.setattr(native, "load", unavailable)
+    watch = Watch(tmp_path, rank=0, world_size=1, echo=False, backend="auto")
+    watch.start()
+    try:
+        assert watch.backend == "mode"
+        assert watch.notes == ["native hook unavailable, using the dispatch mode (slower): no compiler here"]
+        assert watch.errors == []
+    finally:
+        watch.stop()
+    strict = Watch(tmp_path, rank=0, world_size=1, echo=False, backend="native")
+    strict.start()
+    try:
+        assert strict.recorder.error is not None and "no compiler here" in str(strict.recorder.error)
+    finally:
+        strict.stop()
+
+
+def test_backend_from_environment_rejects_unknown_values(monkeypatch):
+    monkeypatch.setenv("STREAMCHECK_BACKEND", "fast")
+    with pytest.raises(ValueError, match="STREAMCHECK_BACKEND='fast': expected one of auto, native, mode"):
+        native.backend_from_environment()
+    monkeypatch.setenv("STREAMCHECK_BACKEND", "Mode")
+    assert native.backend_from_environment() == "mode"
