@@ -10,6 +10,8 @@ current-stream query. Printed, in µs per op (medians of --repeat runs of 2n ops
 - pass-through: a TorchDispatchMode that only calls the op (the floor of this approach);
 - hooks only: StreamcheckMode feeding a sink that does nothing (what instrument/ costs);
 - hooks + detector: StreamcheckMode feeding the real Detector (what a run pays);
+- native hook only / + detector, kernels: the native backend (instrument/native.py), every CPU tensor standing for a
+  tensor of cuda:0 (its C++ hook's test switch), so every op takes the kernel path;
 
 and the ratios to pass-through. On the seed workload (5 795 ops per step) every µs per op is about 6 ms per step.
 
@@ -56,6 +58,28 @@ class NullSink:
 
         setattr(self, name, ignore)
         return ignore
+
+
+class NativeHook:
+    """The native backend (instrument/native.py) as a context manager, every CPU tensor standing for a tensor of
+    cuda:0 on one stream (the hook's test switch): the kernel path, C++ half and Python half, with `sink`."""
+
+    def __init__(self, sink) -> None:
+        from streamcheck.instrument import native
+
+        self.module = native.load()
+        self.recorder = Recorder(sink)
+        self.hooks = native.NativeHooks(self.recorder, None, lambda args: None, self.module)
+
+    def __enter__(self):
+        self.module.set_cpu_as_device(True)
+        self.module.set_test_stream(1)
+        self.hooks.install()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.hooks.uninstall()
+        self.module.set_cpu_as_device(False)
 
 
 def workload(a: torch.Tensor, b: torch.Tensor, n: int) -> None:
@@ -149,6 +173,8 @@ def main() -> int:
                 measure(variants["hooks + detector"], n) for _ in range(args.repeat))
         finally:
             torch.Tensor.get_device = original
+    for name, sink in (("native hook only, kernels", NullSink), ("native hook + detector, kernels", Detector)):
+        results[name] = statistics.median(measure(lambda: NativeHook(sink()), n) for _ in range(args.repeat))
     floor = results["pass-through"]
     for name, us in results.items():
         print(f"{name:26s} {us:7.2f} µs/op   {us / floor:5.2f}x pass-through")

@@ -18,6 +18,7 @@ Blind spots it shares with the mode: ops that never reach the dispatcher. Its ow
 from __future__ import annotations
 
 import os
+from threading import get_ident
 from pathlib import Path
 from typing import Any
 
@@ -84,12 +85,15 @@ class NativeHooks:
         self.module = module
         self._names: list[str] = []
         self._overloads: dict[int, Any] = {}
+        self._actors: dict[int, str] = {}  # raw stream handle -> actor
 
     # ---- life cycle ------------------------------------------------------------------------------------------------
     def install(self) -> None:
         native = self.module
         rec = self.recorder
         native.install(self.on_access, self.on_special, self.after_special, self.on_error)
+        sites = rec.sites
+        native.set_site_table(sites._classify, sites.intern_chain, sites.depth)
         pinned = torch.empty(1, pin_memory=True) if torch.cuda.is_available() else None
         native.learn_allocators(torch.empty(1), pinned)
         rec.hold_callback = native.hold_callback
@@ -105,6 +109,7 @@ class NativeHooks:
         rec.on_active_change = None
         rec.hold_callback = None
         native.install(_ignore, _ignore, _ignore, _ignore)  # drop our references; the hook stays registered
+        native.set_site_table(None, None, 8)
 
     def thread_entry(self) -> ThreadEntry:
         return ThreadEntry(self.module)
@@ -116,15 +121,16 @@ class NativeHooks:
             names.append(self.module.op_name(len(names))[0])
         return names[index]
 
-    def on_access(self, op: int, device: int, stream: int, reads: list, writes: list, fresh: list | None) -> None:
+    def on_access(self, op: int, device: int, stream: int, reads: list, writes: list, fresh: list | None,
+                  site: int) -> None:
         """One op: its reads and writes as (storage, start, end), the new tensors it wrote as
-        (storage, start, end, storage bytes, on the device)."""
+        (storage, start, end, storage bytes, on the device), its site (-2: capture it here)."""
         rec = self.recorder
         tls = rec._tls
         deferred = getattr(tls, "deferred", None)
         if deferred is not None:
             tls.deferred = None
-        if not rec.active:
+        if not rec._active:
             return
         try:
             allocs = None
@@ -139,14 +145,34 @@ class NativeHooks:
                 if deferred:
                     rec.emit_now(deferred)
                 return
-            thread = rec.thread_actor()
-            site = rec.sites.capture(2)
-            actor = rec.stream_actor(device, stream) if device >= 0 else thread
-            name = self._names[op] if op < len(self._names) else self.op_name(op)
+            thread = rec._thread_names.get(get_ident())
+            if thread is None:
+                thread = rec.thread_actor()  # a new thread (an engine thread links to backward()'s caller)
+            if site == -2:
+                site = rec.sites.capture(2)
+            if device >= 0:
+                actor = self._actors.get(stream)
+                if actor is None:
+                    actor = self._actors[stream] = rec.stream_actor(device, stream)
+            else:
+                actor = thread
+            names = self._names
+            name = names[op] if op < len(names) else self.op_name(op)
         except Exception as exc:  # noqa: BLE001
             rec.fail(exc)
             return
-        rec.emit_access(thread, actor, reads, writes, site, name, allocs, deferred)
+        if allocs or deferred or actor is thread:
+            rec.emit_access(thread, actor, reads, writes, site, name, allocs or None, deferred)
+            return
+        try:  # the common case, Recorder.emit_access inlined: one kernel, nothing else
+            with rec.lock:
+                rec.sink.kernel(thread, actor, reads, writes, site, name)
+        except RaceError as exc:
+            rec.pending_raise = exc
+        except Exception as exc:  # noqa: BLE001 - any bug of ours must not reach the program
+            rec.fail(exc)
+        if rec.pending_raise is not None:
+            rec.take_pending_raise()
 
     def on_special(self, op: int, args: tuple) -> Any:
         """Before a collective or record_stream runs; returns what after_special gets."""

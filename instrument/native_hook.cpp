@@ -20,6 +20,7 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <string>
@@ -72,6 +73,12 @@ struct State {
   PyObject* on_special = nullptr;  // (op, args) -> state, before a c10d op or record_stream
   PyObject* after_special = nullptr;  // (state, outputs) -> None
   PyObject* on_error = nullptr;    // (message) -> None
+  // Call sites (GIL held for all of these): see capture_site.
+  PyObject* classify_code = nullptr;  // (code) -> bool: lies in torch or streamcheck (sites.SiteTable._classify)
+  PyObject* intern_site = nullptr;    // ([(code, lasti), ...]) -> site id (sites.SiteTable.intern_chain)
+  int site_depth = 8;
+  std::unordered_map<PyCodeObject*, bool> internal_code;  // each code object held by a reference
+  std::unordered_map<std::string, int64_t> site_ids;
   c10::DeleterFnPtr cpu_deleter = nullptr;
   c10::DeleterFnPtr pinned_deleter = nullptr;
   std::atomic<bool> active{false};
@@ -252,6 +259,79 @@ py::object fresh_to_py(const std::vector<Range>& ranges) {
   return out;
 }
 
+
+#if PY_VERSION_HEX >= 0x030B0000
+constexpr bool kSitesInCpp = true;
+
+bool is_internal(PyCodeObject* code) {
+  State& s = state();
+  auto found = s.internal_code.find(code);
+  if (found != s.internal_code.end()) return found->second;
+  py::object answer = py::reinterpret_borrow<py::object>(s.classify_code)(py::handle(reinterpret_cast<PyObject*>(code)));
+  bool internal = answer.cast<bool>();
+  Py_INCREF(code);  // the pointer is the key: the object must not die and be replaced by another at that address
+  s.internal_code.emplace(code, internal);
+  return internal;
+}
+
+// The site of the running op, as sites.SiteTable.capture computes it: the first Python frame outside torch and
+// streamcheck and `site_depth` frames from it up, keyed by (code object, bytecode offset) pairs. GIL held.
+int64_t capture_site() {
+  State& s = state();
+  PyFrameObject* frame = PyEval_GetFrame();  // borrowed; null on a thread without Python frames (autograd engine)
+  Py_XINCREF(frame);
+  while (frame != nullptr) {
+    PyCodeObject* code = PyFrame_GetCode(frame);
+    bool internal = is_internal(code);
+    Py_DECREF(code);
+    if (!internal) break;
+    PyFrameObject* back = PyFrame_GetBack(frame);
+    Py_DECREF(frame);
+    frame = back;
+  }
+  if (frame == nullptr) return -1;
+  uintptr_t key[32];
+  PyCodeObject* codes[16];
+  int lastis[16];
+  int n = 0;
+  int depth = std::min(s.site_depth, 16);
+  while (frame != nullptr && n < depth) {
+    codes[n] = PyFrame_GetCode(frame);
+    lastis[n] = PyFrame_GetLasti(frame);
+    key[2 * n] = reinterpret_cast<uintptr_t>(codes[n]);
+    key[2 * n + 1] = static_cast<uintptr_t>(lastis[n]);
+    ++n;
+    PyFrameObject* back = PyFrame_GetBack(frame);
+    Py_DECREF(frame);
+    frame = back;
+  }
+  Py_XDECREF(frame);
+  std::string bytes(reinterpret_cast<const char*>(key), sizeof(uintptr_t) * 2 * n);
+  int64_t site = -1;
+  auto found = s.site_ids.find(bytes);
+  if (found != s.site_ids.end()) {
+    site = found->second;
+  } else {
+    py::list chain(n);
+    for (int i = 0; i < n; ++i) {
+      chain[i] = py::make_tuple(py::handle(reinterpret_cast<PyObject*>(codes[i])), lastis[i]);
+    }
+    site = py::reinterpret_borrow<py::object>(s.intern_site)(chain).cast<int64_t>();
+    s.site_ids.emplace(std::move(bytes), site);  // the Python table keeps the code objects alive
+  }
+  for (int i = 0; i < n; ++i) Py_DECREF(codes[i]);
+  return site;
+}
+#else
+constexpr bool kSitesInCpp = false;
+int64_t capture_site() { return -2; }
+#endif
+
+int64_t site_of_op() {  // -2: "capture it in Python" (no site table given, or Python < 3.11)
+  if (!kSitesInCpp || state().intern_site == nullptr) return -2;
+  return capture_site();
+}
+
 int64_t current_stream(int device) {
   if (state().cpu_as_device) return test_stream;
   const auto* impl = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
@@ -353,7 +433,7 @@ void hook(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::S
       if (callbacks_held) {  // the callbacks it fired before failing still happened
         callbacks_held = false;
         py::gil_scoped_acquire gil;
-        py::reinterpret_borrow<py::object>(s.on_access)(plan->index, -1, 0, py::list(), py::list(), py::none());
+        py::reinterpret_borrow<py::object>(s.on_access)(plan->index, -1, 0, py::list(), py::list(), py::none(), -1);
       }
       throw;
     }
@@ -385,8 +465,9 @@ void hook(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::S
     if (acc.reads.empty() && acc.writes.empty() && acc.fresh.empty() && !held) return;
     int64_t stream = acc.device >= 0 ? current_stream(acc.device) : 0;
     py::gil_scoped_acquire gil;
+    int64_t site = (acc.reads.empty() && acc.writes.empty() && acc.fresh.empty()) ? -1 : site_of_op();
     py::reinterpret_borrow<py::object>(s.on_access)(
-        plan->index, acc.device, stream, to_py(acc.reads), to_py(acc.writes), fresh_to_py(acc.fresh));
+        plan->index, acc.device, stream, to_py(acc.reads), to_py(acc.writes), fresh_to_py(acc.fresh), site);
   } catch (const py::error_already_set&) {
     throw;
   } catch (const std::exception& e) {
@@ -413,6 +494,16 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "streamcheck's per-op hook (see native_hook.cpp)";
   m.def("install", &install, "Set the Python callbacks: on_access, on_special, after_special, on_error");
   m.def("set_active", [](bool active) { state().active = active; });
+  m.def("set_site_table", [](py::object classify, py::object intern, int depth) {
+    State& s = state();
+    Py_XDECREF(s.classify_code);
+    Py_XDECREF(s.intern_site);
+    s.classify_code = classify.is_none() ? nullptr : classify.release().ptr();
+    s.intern_site = intern.is_none() ? nullptr : intern.release().ptr();
+    s.site_depth = depth;
+    s.site_ids.clear();  // ids belong to the table they came from
+  }, "Capture sites in C++ into a sites.SiteTable: its _classify and intern_chain, and its depth (None: in Python)");
+  m.def("sites_in_cpp", []() { return kSitesInCpp; });
   m.def("watch_this_thread", [](bool on) { c10::impl::tls_set_dispatch_key_included(kHookKey, on); },
         "Put the hook's dispatch key in (or out of) this thread's included set");
   m.def("this_thread_watched", []() { return c10::impl::tls_is_dispatch_key_included(kHookKey); });

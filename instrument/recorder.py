@@ -28,6 +28,10 @@ class RaceError(RuntimeError):
     """Raised into the program at the first race, only when the watch was started with fail_fast=True."""
 
 
+class _ThreadState(threading.local):
+    deferred = None  # a class default: reading it on a thread that never set it raises nothing (cheaper)
+
+
 class Tee:
     """Forwards every sink call to several sinks (a Detector and a TraceWriter), in order."""
 
@@ -59,7 +63,7 @@ class Recorder:
         self.error: BaseException | None = None
         self.pending_raise: RaceError | None = None
         self.lock = threading.Lock()
-        self._tls = threading.local()
+        self._tls = _ThreadState()
         self._thread_names: dict[int, str] = {}
         self._stream_names: dict[int, dict[int, str]] = {}  # device -> raw handle -> actor
         self._device_of_handle: dict[int, int] = {}

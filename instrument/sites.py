@@ -102,6 +102,21 @@ class SiteTable:
             site = self._intern(key, frame)
         return site
 
+    def intern_chain(self, chain: list) -> int:
+        """The site id of a chain of (code object, bytecode offset) pairs, the blamed frame first (the native hook
+        walks the frames itself and calls this for a chain it has not seen)."""
+        key: list = []
+        for code, offset in chain:
+            key += (id(code), offset)
+        key_tuple = tuple(key)
+        with self._lock:
+            site = self._ids.get(key_tuple)
+            if site is None:
+                site = len(self._chains)
+                self._chains.append(list(chain))
+                self._ids[key_tuple] = site
+        return site
+
     def _key(self, frame) -> tuple:
         key: list = []
         depth = self.depth

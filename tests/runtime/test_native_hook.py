@@ -27,7 +27,7 @@ def calls(module):
     """The hook's raw calls, (op name, device, stream, reads, writes, fresh), while the fixture is active."""
     seen: list = []
 
-    def on_access(op, device, stream, reads, writes, fresh):
+    def on_access(op, device, stream, reads, writes, fresh, site):
         seen.append((module.op_name(op)[0], device, stream, reads, writes, fresh))
 
     module.install(on_access, lambda op, args: None, lambda token, outs: None, lambda message: seen.append(message))
