@@ -5,7 +5,8 @@
 # ../shared/tools/gpu-wheels. gate: the pytest gate example; overhead: benchmarks/overhead.py on 0.13.4 (CSAN in
 # report-and-continue form); sc135: 0.13.5 under `streamcheck run`, STEPS_SMOKE steps; soak: SOAK_STEPS (default
 # 1000) steps of a small model (2 layers, h=1024) on 0.13.4 under `streamcheck run`, figures every 100 steps.
-# NPROC (world size, default 2) and HPZ (zero_hpz_partition_size, default 2) come from the environment.
+# NPROC (world size, default 2) and HPZ (zero_hpz_partition_size, default 2) come from the environment;
+# TEST_BACKENDS (default "native mode") the watch backends the GPU tests run on, one after the other.
 # Every step has its own timeout; a failing step is logged and the job goes on to the next.
 set -u
 cd "$(dirname "$0")/../.."
@@ -129,8 +130,9 @@ if has tests; then  # last of the parts: with DEADLINE set, it gets what time is
   limit=$(budget "${TESTS_LIMIT:-200}")
   if [ "$limit" -ge 30 ]; then
     log "GPU tests (scenarios 20-27), limit ${limit}s"
-    for backend in native mode; do  # the same GPU tests on each backend of the watch
-      STREAMCHECK_BACKEND=$backend timeout "$((limit / 2))" python3 -P -m pytest -q -p no:cacheprovider -m gpu \
+    backends=(${TEST_BACKENDS:-native mode})  # the same GPU tests on each backend of the watch
+    for backend in "${backends[@]}"; do
+      STREAMCHECK_BACKEND=$backend timeout "$((limit / ${#backends[@]}))" python3 -P -m pytest -q -p no:cacheprovider -m gpu \
         tests/gpu -rA --durations=0 >"$OUT/gpu-tests-$backend.log" 2>&1
       log "pytest ($backend backend) exit $?"; tail -n 40 "$OUT/gpu-tests-$backend.log" | tee -a "$LOG"
     done
