@@ -94,8 +94,7 @@ class NativeHooks:
         native.install(self.on_access, self.on_special, self.after_special, self.on_error)
         sites = rec.sites
         native.set_site_table(sites._classify, sites.intern_chain, sites.depth)
-        pinned = torch.empty(1, pin_memory=True) if torch.cuda.is_available() else None
-        native.learn_allocators(torch.empty(1), pinned)
+        native.learn_allocators(torch.empty(1))  # no pinned probe: it would create a CUDA context here
         rec.hold_callback = native.hold_callback
         rec.on_active_change = native.set_active
         native.set_active(rec.active)

@@ -154,8 +154,9 @@ struct Range {
   int device;  // >= 0: a device tensor; -1: pinned host memory
 };
 
-// Pinned or pageable, told by the block's deleter where possible: the CPU allocator's and the pinned host caching
-// allocator's are learnt from one tensor of each at install. Other host memory is asked of the runtime, per address.
+// Pinned or pageable, told by the block's deleter where possible: the CPU allocator's is learnt from a tensor at
+// install, the pinned host allocator's from the first pinned block the runtime confirms (making a pinned tensor at
+// install would create a CUDA context before the program picked its device). Others are asked, per address.
 bool is_pinned(const c10::Storage& storage, uintptr_t base, bool fresh) {
   State& s = state();
   c10::DeleterFnPtr deleter = storage.data_ptr().get_deleter();
@@ -175,6 +176,10 @@ bool is_pinned(const c10::Storage& storage, uintptr_t base, bool fresh) {
   std::lock_guard<std::mutex> lock(s.mutex);
   if (s.pinned.size() > (1u << 16)) s.pinned.clear();  // a bound: addresses of freed host memory pile up
   s.pinned[base] = pinned;
+  // The first pinned block seen names the pinned allocator's deleter: later ones are told without asking.
+  if (pinned && s.pinned_deleter == nullptr && deleter != nullptr && deleter != s.cpu_deleter) {
+    s.pinned_deleter = deleter;
+  }
   return pinned;
 }
 
@@ -518,11 +523,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     const auto& entry = s.names.at(static_cast<size_t>(index));
     return py::make_tuple(entry.first, entry.second);
   });
-  m.def("learn_allocators", [](const at::Tensor& pageable, const c10::optional<at::Tensor>& pinned) {
-    State& s = state();
-    s.cpu_deleter = pageable.storage().data_ptr().get_deleter();
-    if (pinned.has_value()) s.pinned_deleter = pinned->storage().data_ptr().get_deleter();
-  }, "Learn the deleters of a pageable and (with CUDA) a pinned host tensor");
+  m.def("learn_allocators", [](const at::Tensor& pageable) {
+    state().cpu_deleter = pageable.storage().data_ptr().get_deleter();
+  }, "Learn the CPU allocator's deleter from a pageable host tensor");
   m.def("forget_pinned", []() {
     State& s = state();
     std::lock_guard<std::mutex> lock(s.mutex);
