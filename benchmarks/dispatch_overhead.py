@@ -12,6 +12,7 @@ current-stream query. Printed, in µs per op (medians of --repeat runs of 2n ops
 - hooks + detector: StreamcheckMode feeding the real Detector (what a run pays);
 - native hook only / + detector, kernels: the native backend (instrument/native.py), every CPU tensor standing for a
   tensor of cuda:0 (its C++ hook's test switch), so every op takes the kernel path;
+- native hook, switched off: the hook installed but inactive, as outside a STREAMCHECK_STEPS window;
 
 and the ratios to pass-through. On the seed workload (5 795 ops per step) every µs per op is about 6 ms per step.
 
@@ -64,17 +65,19 @@ class NativeHook:
     """The native backend (instrument/native.py) as a context manager, every CPU tensor standing for a tensor of
     cuda:0 on one stream (the hook's test switch): the kernel path, C++ half and Python half, with `sink`."""
 
-    def __init__(self, sink) -> None:
+    def __init__(self, sink, active: bool = True) -> None:
         from streamcheck.instrument import native
 
         self.module = native.load()
         self.recorder = Recorder(sink)
         self.hooks = native.NativeHooks(self.recorder, None, lambda args: None, self.module)
+        self.active = active
 
     def __enter__(self):
         self.module.set_cpu_as_device(True)
         self.module.set_test_stream(1)
         self.hooks.install()
+        self.recorder.active = self.active  # off: what a step outside a STREAMCHECK_STEPS window costs
         return self
 
     def __exit__(self, *exc) -> None:
@@ -175,6 +178,8 @@ def main() -> int:
             torch.Tensor.get_device = original
     for name, sink in (("native hook only, kernels", NullSink), ("native hook + detector, kernels", Detector)):
         results[name] = statistics.median(measure(lambda: NativeHook(sink()), n) for _ in range(args.repeat))
+    results["native hook, switched off"] = statistics.median(
+        measure(lambda: NativeHook(Detector(), active=False), n) for _ in range(args.repeat))
     floor = results["pass-through"]
     for name, us in results.items():
         print(f"{name:26s} {us:7.2f} µs/op   {us / floor:5.2f}x pass-through")

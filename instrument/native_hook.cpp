@@ -506,7 +506,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     s.classify_code = classify.is_none() ? nullptr : classify.release().ptr();
     s.intern_site = intern.is_none() ? nullptr : intern.release().ptr();
     s.site_depth = depth;
-    s.site_ids.clear();  // ids belong to the table they came from
+    s.site_ids.clear();  // ids belong to the table they came from, and so does what counts as internal
+    for (auto& entry : s.internal_code) Py_DECREF(reinterpret_cast<PyObject*>(entry.first));
+    s.internal_code.clear();
   }, "Capture sites in C++ into a sites.SiteTable: its _classify and intern_chain, and its depth (None: in Python)");
   m.def("sites_in_cpp", []() { return kSitesInCpp; });
   m.def("watch_this_thread", [](bool on) { c10::impl::tls_set_dispatch_key_included(kHookKey, on); },

@@ -236,3 +236,81 @@ def test_backend_from_environment_rejects_unknown_values(monkeypatch):
         native.backend_from_environment()
     monkeypatch.setenv("STREAMCHECK_BACKEND", "Mode")
     assert native.backend_from_environment() == "mode"
+
+
+# ---- callbacks fired inside an op, and collectives, through the hook -------------------------------------------------
+_inside_op: list = []  # what the custom op below runs where a GPU trace callback would fire
+
+
+@torch.library.custom_op("streamcheck_test::fill_then_callback", mutates_args=("x",))
+def fill_then_callback(x: torch.Tensor) -> None:
+    x.fill_(2.0)  # an inner op: the hook's key is excluded while the outer op runs, so it is not seen twice
+    for callback in _inside_op:
+        callback()
+
+
+@pytest.mark.parametrize("synchronized", [True, False])
+def test_a_callback_fired_inside_an_op_is_replayed_after_the_op_own_event(module, native_watch, synchronized):
+    """A stream synchronization inside an op (`.item()`) comes after the op's kernel: held back, then replayed."""
+    rec = native_watch.recorder
+    module.set_test_stream(1)
+    x = torch.zeros(256)
+    if synchronized:
+        _inside_op.append(lambda: rec.emit("sync_stream", rec.thread_actor(), "cuda:0/s1"))
+    try:
+        module.set_test_stream(1)
+        fill_then_callback(x)
+    finally:
+        _inside_op.clear()
+    module.set_test_stream(2)
+    x.sum()  # the host has synchronized with stream 1 before stream 2 was given the read: ordered
+    module.set_test_stream(0)
+    races = native_watch.detector.races
+    if synchronized:
+        assert races == []
+    else:
+        assert [(r.kind, r.earlier.actor, r.later.actor, r.earlier.op) for r in races] == [
+            ("RAW", "cuda:0/s1", "cuda:0/s2", "streamcheck_test::fill_then_callback")]
+
+
+def test_collectives_through_the_hook_are_accesses_of_the_group_stream_and_wait_orders_them(module, monkeypatch,
+                                                                                             tmp_path):
+    import socket
+
+    import torch.distributed as dist
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(port))
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    watch = Watch(tmp_path, rank=0, world_size=1, echo=False, backend="native")
+    watch.start()
+    module.set_cpu_as_device(True)
+    module.set_test_stream(0)
+    try:
+        from streamcheck.instrument.dispatch import AccessCollector, byte_range
+
+        class OnDeviceZero(AccessCollector):  # the gloo group runs on CPU: its tensors stand for cuda:0 ones
+            def ranges_of(self, tensors, fresh=False):
+                ranges = [byte_range(t) for t in tensors]
+                if ranges:
+                    self.device = 0
+                return [r for r in ranges if r is not None]
+
+        collectives = next(h for h in watch._hooks if type(h).__name__ == "CollectiveHooks")
+        collectives.collector_factory = lambda: OnDeviceZero(watch._pinned)
+        t = torch.ones(8)
+        work = dist.all_reduce(t, async_op=True)
+        t.add_(1)  # touched before work.wait(): the all-reduce may still be reading and writing it
+        work.wait()
+        t.add_(1)  # after the wait: ordered
+    finally:
+        module.set_cpu_as_device(False)
+        watch.stop()
+        dist.destroy_process_group()
+    races = watch.detector.races
+    assert [(r.kind, r.earlier.actor, r.later.actor, r.earlier.op, r.later.op) for r in races] == [
+        ("WAW", "nccl:0/0", "cuda:0/s0", "c10d::allreduce_", "aten::add_")]
+    assert (races[0].storage, races[0].start, races[0].end) == (t.untyped_storage().data_ptr(), 0, 32)
