@@ -533,6 +533,22 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     std::lock_guard<std::mutex> lock(s.mutex);
     s.pinned.clear();
   });
+  m.def("plan_of", [](const std::string& name, const std::string& overload) -> py::object {
+    auto handle = c10::Dispatcher::singleton().findSchema({name, overload});
+    if (!handle.has_value()) return py::none();
+    Plan plan = build_plan(handle->schema());
+    const char* kinds[] = {"skip", "access", "python"};
+    py::list reads, writes, views, fresh;
+    for (size_t i = 0; i < plan.roles.size(); ++i) {
+      if (plan.roles[i] == Role::Read) reads.append(i);
+      if (plan.roles[i] == Role::Write) writes.append(i);
+    }
+    for (size_t i = 0; i < plan.fresh.size(); ++i) {
+      if (plan.fresh[i]) fresh.append(i);
+      if (plan.view_of[i] >= 0) views.append(py::make_tuple(i, plan.view_of[i]));
+    }
+    return py::make_tuple(kinds[static_cast<int>(plan.kind)], reads, writes, fresh, views);
+  }, "Tests: the plan of an operator, (kind, read args, written args, fresh returns, (return, aliased arg))");
   m.def("set_cpu_as_device", [](bool on) { state().cpu_as_device = on; }, "Tests: CPU tensors as device 0 tensors");
   m.def("set_test_stream", [](int64_t stream) { test_stream = stream; }, "Tests: this thread's current stream");
 }

@@ -314,3 +314,47 @@ def test_collectives_through_the_hook_are_accesses_of_the_group_stream_and_wait_
     assert [(r.kind, r.earlier.actor, r.later.actor, r.earlier.op, r.later.op) for r in races] == [
         ("WAW", "nccl:0/0", "cuda:0/s0", "c10d::allreduce_", "aten::add_")]
     assert (races[0].storage, races[0].start, races[0].end) == (t.untyped_storage().data_ptr(), 0, 32)
+
+
+def test_cpp_plans_read_every_aten_schema_as_dispatch_py_does(module):
+    """The two halves must agree on what an op reads and writes: every registered aten/c10d overload, compared."""
+    from streamcheck.instrument.dispatch import ACCESS, COLLECTIVE, RECORD_STREAM, SKIP, build_plan
+
+    kinds = {SKIP: "skip", ACCESS: "access", COLLECTIVE: "python", RECORD_STREAM: "python"}
+    compared = 0
+    disagreements = []
+    for namespace in ("aten", "c10d"):
+        packet_names = [name for name in dir(getattr(torch.ops, namespace)) if not name.startswith("__")]
+        for packet_name in packet_names:
+            try:
+                packet = getattr(getattr(torch.ops, namespace), packet_name)
+                overloads = packet.overloads()
+            except (AttributeError, RuntimeError):
+                continue
+            for overload in overloads:
+                func = getattr(packet, overload)
+                schema = func._schema
+                cpp = module.plan_of(schema.name, schema.overload_name)
+                if cpp is None:
+                    continue
+                plan = build_plan(func)
+                cpp_kind, cpp_reads, cpp_writes, cpp_fresh, cpp_views = cpp
+                py_reads = [position for position, _ in plan.reads]
+                py_writes = [position for position, _ in plan.writes]
+                kwarg_only = [i for i, arg in enumerate(schema.arguments) if arg.kwarg_only]
+                # dispatch.py names keyword-only arguments by name (position -1); C++ sees every argument by position
+                cpp_reads = [-1 if i in kwarg_only else i for i in cpp_reads]
+                cpp_writes = [-1 if i in kwarg_only else i for i in cpp_writes]
+                expected_kind = kinds[plan.kind]
+                if cpp_kind == "access" and expected_kind == "skip" and cpp_views and not cpp_fresh:
+                    expected_kind = "access"  # C++ also watches aliasing returns (a copy behind reshape)
+                if plan.kind != ACCESS:
+                    agree = cpp_kind == expected_kind
+                else:
+                    agree = (cpp_kind, cpp_reads, cpp_writes, cpp_fresh) == (
+                        "access", py_reads, py_writes, list(plan.fresh_returns))
+                compared += 1
+                if not agree:
+                    disagreements.append((schema.name, schema.overload_name, cpp, plan))
+    assert compared > 1500
+    assert disagreements == []
