@@ -160,18 +160,7 @@ class NativeHooks:
         except Exception as exc:  # noqa: BLE001
             rec.fail(exc)
             return
-        if allocs or deferred or actor is thread:
-            rec.emit_access(thread, actor, reads, writes, site, name, allocs or None, deferred)
-            return
-        try:  # the common case, Recorder.emit_access inlined: one kernel, nothing else
-            with rec.lock:
-                rec.sink.kernel(thread, actor, reads, writes, site, name)
-        except RaceError as exc:
-            rec.pending_raise = exc
-        except Exception as exc:  # noqa: BLE001 - any bug of ours must not reach the program
-            rec.fail(exc)
-        if rec.pending_raise is not None:
-            rec.take_pending_raise()
+        rec.emit_access(thread, actor, reads, writes, site, name, allocs or None, deferred)
 
     def on_special(self, op: int, args: tuple) -> Any:
         """Before a collective or record_stream runs; returns what after_special gets."""
