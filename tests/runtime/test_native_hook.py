@@ -358,3 +358,41 @@ def test_cpp_plans_read_every_aten_schema_as_dispatch_py_does(module):
                     disagreements.append((schema.name, schema.overload_name, cpp, plan))
     assert compared > 1500
     assert disagreements == []
+
+
+def test_a_bug_inside_streamcheck_switches_the_hook_off_and_the_program_runs_on(module, native_watch, monkeypatch):
+    def broken_kernel(*args):
+        raise ZeroDivisionError("a bug in the detector")
+
+    monkeypatch.setattr(native_watch.detector, "kernel", broken_kernel)
+    module.set_test_stream(1)
+    x = torch.ones(4)
+    y = x + 1  # the op still runs and returns its result
+    module.set_test_stream(0)
+    assert torch.equal(y, torch.full((4,), 2.0))
+    assert not native_watch.recorder.active
+    assert [type(e) for e in [native_watch.recorder.error]] == [ZeroDivisionError]
+    assert any("a bug in the detector" in error for error in native_watch.errors)
+    calls_before = native_watch.detector.seq
+    x.add_(1)  # switched off: nothing reaches Python any more
+    assert native_watch.detector.seq == calls_before
+
+
+def test_fail_fast_raises_the_race_into_the_program_at_the_racing_op(module, tmp_path):
+    from streamcheck.instrument.recorder import RaceError
+
+    watch = Watch(tmp_path, rank=0, world_size=1, echo=False, backend="native", fail_fast=True)
+    watch.start()
+    module.set_cpu_as_device(True)
+    try:
+        module.set_test_stream(1)
+        x = torch.zeros(16)
+        module.set_test_stream(2)
+        with pytest.raises(RaceError, match=r"read of storage 0x[0-9a-f]+ bytes \[0, 64\) by cuda:0/s2 .* is not "
+                                             r"ordered after the write by cuda:0/s1"):
+            x.sum()
+        assert watch.recorder.active  # a race is not a failure of streamcheck: it goes on watching
+    finally:
+        module.set_cpu_as_device(False)
+        module.set_test_stream(0)
+        watch.stop()
