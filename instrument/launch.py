@@ -78,7 +78,7 @@ def bootstrap() -> None:
 
 
 def prepare_environment(out_dir: Path, base: dict[str, str] | None = None, fail_fast: bool = False,
-                        trace: str | None = None) -> dict[str, str]:
+                        trace: str | None = None, backend: str | None = None) -> dict[str, str]:
     """The environment for the command: bootstrap dir first on PYTHONPATH, STREAMCHECK=1, output dir."""
     env = dict(os.environ if base is None else base)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -95,6 +95,8 @@ def prepare_environment(out_dir: Path, base: dict[str, str] | None = None, fail_
         env["STREAMCHECK_FAIL_FAST"] = "1"
     if trace:
         env["STREAMCHECK_TRACE"] = str(Path(trace).resolve())
+    if backend:
+        env["STREAMCHECK_BACKEND"] = backend
     return env
 
 

@@ -413,8 +413,15 @@ def start_from_environment() -> Watch | None:
             steps = parse_window(os.environ["STREAMCHECK_STEPS"])
         except ValueError as exc:
             print(f"streamcheck: {exc}; instrumenting every step", file=sys.stderr, flush=True)
+    from .native import backend_from_environment
+
+    try:
+        backend = backend_from_environment()
+    except ValueError as exc:
+        print(f"streamcheck: {exc}; using auto", file=sys.stderr, flush=True)
+        backend = "auto"
     w = Watch(os.environ.get("STREAMCHECK_OUT", "."), fail_fast=os.environ.get("STREAMCHECK_FAIL_FAST") == "1",
-              trace=os.environ.get("STREAMCHECK_TRACE") or None, append=True, steps=steps)
+              trace=os.environ.get("STREAMCHECK_TRACE") or None, append=True, steps=steps, backend=backend)
     w.start()
     atexit.register(w.stop)
     return w

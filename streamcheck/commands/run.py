@@ -22,6 +22,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fail-fast", action="store_true", help="stop the program at the first race")
     parser.add_argument("--trace", default=None,
                         help="also record every event into this trace file ({rank} is replaced by the rank)")
+    parser.add_argument("--backend", default=None, choices=["auto", "native", "mode"],
+                        help="what sees each op: the native C++ hook, the Python dispatch mode, or auto (native where "
+                             "it builds; the default, also STREAMCHECK_BACKEND)")
     parser.add_argument("cmd", nargs=argparse.REMAINDER, help="the command, after --")
 
 
@@ -38,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     out_dir = Path(args.out)
     try:
-        env = prepare_environment(out_dir, fail_fast=args.fail_fast, trace=args.trace)
+        env = prepare_environment(out_dir, fail_fast=args.fail_fast, trace=args.trace, backend=args.backend)
         clear_rank_files(out_dir)
     except OSError as exc:
         print(f"streamcheck run: cannot use output directory {out_dir}: {exc.strerror or exc}", file=sys.stderr)

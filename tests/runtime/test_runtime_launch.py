@@ -112,3 +112,24 @@ def test_a_killed_program_still_reports_what_it_found(tmp_path):
     (finding,) = report["findings"]
     assert (finding["kind"], finding["count"]) == ("RAW", 1)  # flushed at first sight; the final count never came
     assert "command exit code -9" in done.stderr
+
+
+@pytest.mark.parametrize("choice, env_value, expected", [
+    (["--backend", "mode"], None, "mode"),
+    ([], "mode", "mode"),
+    ([], "fast", "native"),  # a wrong value: said on stderr, then the default
+])
+def test_run_picks_the_backend_from_the_option_or_the_environment(tmp_path, choice, env_value, expected):
+    import os
+
+    env = dict(os.environ)
+    env.pop("STREAMCHECK_BACKEND", None)
+    if env_value is not None:
+        env["STREAMCHECK_BACKEND"] = env_value
+    program = "import streamcheck.instrument.watch as w; print('BACKEND', w._current.backend)"
+    done = subprocess.run([sys.executable, "-m", "streamcheck.cli", "run", "--out", str(tmp_path / "out"), *choice,
+                           "--", sys.executable, "-c", program], capture_output=True, text=True, timeout=300,
+                          env=env, cwd=tmp_path)
+    assert f"BACKEND {expected}\n" in done.stdout, done.stderr
+    if env_value == "fast":
+        assert "streamcheck: STREAMCHECK_BACKEND='fast': expected one of auto, native, mode; using auto" in done.stderr
