@@ -1,4 +1,4 @@
-"""The native backend: instrument/native_hook.cpp sees every op in C++ and calls Python only with what it found.
+"""The native backend: instrument/native_hook/ (C++) sees every op and calls Python only with what it found.
 
 Same model as the dispatch mode (instrument/dispatch.py), a third of its cost: a Python TorchDispatchMode costs
 about 1.5x on a launch-bound step before doing any work (every op's arguments go to Python and back). The C++ hook
@@ -17,6 +17,7 @@ Blind spots it shares with the mode: ops that never reach the dispatcher. Its ow
 
 from __future__ import annotations
 
+import hashlib
 import os
 from threading import get_ident
 from pathlib import Path
@@ -26,7 +27,7 @@ import torch
 
 from .recorder import RaceError, Recorder
 
-SOURCE = Path(__file__).with_name("native_hook.cpp")
+SOURCE_DIR = Path(__file__).with_name("native_hook")  # hook.cpp and the headers it includes: one translation unit
 BACKENDS = ("auto", "native", "mode")
 
 _module: Any = None
@@ -54,7 +55,11 @@ def load() -> Any:
     try:
         from torch.utils.cpp_extension import load as load_extension
 
-        _module = load_extension("streamcheck_native_hook", [str(SOURCE)], extra_cflags=["-O2"], verbose=False)
+        # torch rebuilds when the listed source or the flags change: the digest of every file puts the headers in
+        digest = hashlib.sha256(b"".join(p.read_bytes() for p in sorted(SOURCE_DIR.iterdir()))).hexdigest()[:16]
+        _module = load_extension("streamcheck_native_hook", [str(SOURCE_DIR / "hook.cpp")],
+                                 extra_cflags=["-O2", f"-DSTREAMCHECK_NATIVE_SOURCES=0x{digest}"],
+                                 extra_include_paths=[str(SOURCE_DIR)], verbose=False)
     except Exception as exc:  # noqa: BLE001 - no compiler, no ninja, headers that do not match...
         _load_error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"
         raise NativeUnavailable(_load_error) from exc

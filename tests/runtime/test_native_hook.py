@@ -1,4 +1,4 @@
-"""The native per-op hook (instrument/native_hook.cpp + native.py), on CPU tensors standing in for device tensors.
+"""The native per-op hook (instrument/native_hook/ + native.py), on CPU tensors standing in for device tensors.
 
 `set_cpu_as_device(True)` makes the hook report CPU tensors as tensors of device 0 and take the current stream from
 `set_test_stream`, so the C++ half (plans, byte ranges, fresh outputs, copies behind aliasing returns, threads) and

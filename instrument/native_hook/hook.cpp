@@ -1,0 +1,248 @@
+// streamcheck's native per-op hook: what instrument/dispatch.py's TorchDispatchMode does, without a Python mode.
+// One translation unit: this file (the hook, its registration and the Python module) and the headers beside it
+// (state.h, plans.h, memory.h, sites.h), built by instrument/native.py.
+//
+// A Python TorchDispatchMode costs about 1.5x on a launch-bound training step before it does any work of its own:
+// every op converts its arguments to Python objects, calls __torch_dispatch__, and parses them again to run. This
+// hook is a boxed C++ fallback on one dispatch key that the watched threads put in their thread-local "included"
+// set (the autograd engine's threads inherit it, like a mode). Per op it reads the operator's read/write plan
+// (built once from the schema's alias annotations, the same rules as dispatch.py), turns the tensors into byte
+// ranges, runs the op, and makes one Python call with plain integers. Ops that touch no CUDA or pinned memory
+// never reach Python.
+//
+// The key, TESTING_ONLY_GenericMode, has no kernels and no fallback in PyTorch itself; it sits above autograd, so
+// composite ops (linear, reshape) are seen once, before they decompose: streamcheck's own key is excluded while an
+// op runs. A return the schema says aliases its input but that lives in another storage (reshape or contiguous
+// that had to copy) counts as a read of the input and a fresh write.
+#include <torch/extension.h>
+#include <torch/library.h>
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <torch/csrc/jit/python/pybind_utils.h>
+
+#include "memory.h"
+#include "plans.h"
+#include "sites.h"
+#include "state.h"
+
+namespace streamcheck_native {
+
+int64_t current_stream(int device) {
+  if (state().cpu_as_device) return test_stream;
+  const auto* impl = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
+  c10::Stream stream = impl->getStream(c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device)));
+  return static_cast<int64_t>(reinterpret_cast<intptr_t>(stream.native_handle()));
+}
+
+void report_error(const std::string& message) {
+  State& s = state();
+  s.active = false;
+  if (s.on_error == nullptr) return;
+  py::gil_scoped_acquire gil;
+  try {
+    py::reinterpret_borrow<py::object>(s.on_error)(message);
+  } catch (py::error_already_set& e) {
+    e.restore();
+    PyErr_Clear();
+  }
+}
+
+struct OpScope {  // marks "inside an op" for callbacks fired while it runs
+  OpScope() { ++op_depth; }
+  ~OpScope() { --op_depth; }
+};
+
+void run_special(const Plan& plan, const c10::OperatorHandle& op, c10::DispatchKeySet rest, torch::jit::Stack* stack) {
+  State& s = state();
+  size_t n = op.schema().arguments().size();
+  py::object token;
+  {
+    py::gil_scoped_acquire gil;
+    py::tuple args(n);
+    for (size_t i = 0; i < n; ++i) args[i] = torch::jit::toPyObject((*stack)[stack->size() - n + i]);
+    token = py::reinterpret_borrow<py::object>(s.on_special)(plan.index, args);
+  }
+  try {
+    op.redispatchBoxed(rest, stack);
+  } catch (...) {
+    py::gil_scoped_acquire gil;
+    py::reinterpret_borrow<py::object>(s.after_special)(token, py::none());
+    token = py::object();
+    throw;
+  }
+  py::gil_scoped_acquire gil;
+  size_t m = op.schema().returns().size();
+  py::tuple outs(m);
+  for (size_t i = 0; i < m; ++i) outs[i] = torch::jit::toPyObject((*stack)[stack->size() - m + i]);
+  py::reinterpret_borrow<py::object>(s.after_special)(token, outs);
+  token = py::object();
+}
+
+void hook(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
+  c10::impl::ExcludeDispatchKeyGuard no_hook(kHookKey);  // the op's inner ops, and our own Python, go unseen
+  c10::DispatchKeySet rest = keys & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, kHookKey);
+  State& s = state();
+  if (!s.active.load(std::memory_order_relaxed)) {
+    op.redispatchBoxed(rest, stack);
+    return;
+  }
+  const Plan* plan = nullptr;
+  OpAccesses acc;
+  std::vector<std::pair<int, Range>> view_inputs;  // (argument, range) of arguments a return may alias
+  try {
+    plan = &plan_for(op);
+    if (plan->kind == Kind::Python) {
+      run_special(*plan, op, rest, stack);
+      return;
+    }
+    if (plan->kind == Kind::Access) {
+      size_t n = plan->roles.size();
+      size_t first = stack->size() - n;
+      for (size_t i = 0; i < n; ++i) {
+        Role role = plan->roles[i];
+        if (role == Role::None || (role == Role::View && !plan->has_views)) continue;
+        for_each_tensor((*stack)[first + i], [&](const at::Tensor& t) {
+          Range r;
+          if (!range_of(t, false, r)) return;
+          if (role == Role::Read) acc.add(acc.reads, r);
+          else if (role == Role::Write) acc.add(acc.writes, r);
+          else view_inputs.emplace_back(static_cast<int>(i), r);
+        });
+      }
+    }
+  } catch (const py::error_already_set&) {
+    throw;  // a RaceError from fail-fast mode: the program sees it
+  } catch (const std::exception& e) {
+    report_error(std::string("native hook, before ") + op.schema().name() + ": " + e.what());
+    plan = nullptr;
+  }
+  if (plan == nullptr || plan->kind == Kind::Python) {
+    if (plan == nullptr) op.redispatchBoxed(rest, stack);
+    return;
+  }
+  {
+    OpScope in_op;
+    try {
+      op.redispatchBoxed(rest, stack);
+    } catch (...) {
+      if (callbacks_held) {  // the callbacks it fired before failing still happened
+        callbacks_held = false;
+        py::gil_scoped_acquire gil;
+        py::reinterpret_borrow<py::object>(s.on_access)(plan->index, -1, 0, py::list(), py::list(), py::none(), -1);
+      }
+      throw;
+    }
+  }
+  bool held = callbacks_held;
+  callbacks_held = false;
+  if (plan->kind == Kind::Skip && !held) return;
+  try {
+    if (plan->kind == Kind::Access) {
+      size_t m = plan->fresh.size();
+      size_t first = stack->size() - m;
+      for (size_t i = 0; i < m; ++i) {
+        int view = plan->view_of[i];
+        if (!plan->fresh[i] && view < 0) continue;
+        for_each_tensor((*stack)[first + i], [&](const at::Tensor& t) {
+          Range r;
+          if (!range_of(t, true, r)) return;
+          if (view >= 0) {
+            for (const auto& input : view_inputs) {
+              if (input.first != view) continue;
+              if (input.second.base == r.base) return;  // a real view: no data moved
+              acc.add(acc.reads, input.second);  // it copied: read the input, wrote a new tensor
+            }
+          }
+          acc.add(acc.fresh, r);
+        });
+      }
+    }
+    if (acc.reads.empty() && acc.writes.empty() && acc.fresh.empty() && !held) return;
+    int64_t stream = acc.device >= 0 ? current_stream(acc.device) : 0;
+    py::gil_scoped_acquire gil;
+    int64_t site = (acc.reads.empty() && acc.writes.empty() && acc.fresh.empty()) ? -1 : site_of_op();
+    py::reinterpret_borrow<py::object>(s.on_access)(
+        plan->index, acc.device, stream, to_py(acc.reads), to_py(acc.writes), fresh_to_py(acc.fresh), site);
+  } catch (const py::error_already_set&) {
+    throw;
+  } catch (const std::exception& e) {
+    report_error(std::string("native hook, after ") + op.schema().name() + ": " + e.what());
+  }
+}
+
+void install(py::object on_access, py::object on_special, py::object after_special, py::object on_error) {
+  State& s = state();
+  for (PyObject** slot : {&s.on_access, &s.on_special, &s.after_special, &s.on_error}) Py_XDECREF(*slot);
+  s.on_access = on_access.release().ptr();
+  s.on_special = on_special.release().ptr();
+  s.after_special = after_special.release().ptr();
+  s.on_error = on_error.release().ptr();
+}
+
+}  // namespace streamcheck_native
+
+using namespace streamcheck_native;
+
+TORCH_LIBRARY_IMPL(_, TESTING_ONLY_GenericMode, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&streamcheck_native::hook>());
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "streamcheck's per-op hook (see instrument/native_hook/hook.cpp)";
+  m.def("install", &install, "Set the Python callbacks: on_access, on_special, after_special, on_error");
+  m.def("set_active", [](bool active) { state().active = active; });
+  m.def("set_site_table", [](py::object classify, py::object intern, int depth) {
+    State& s = state();
+    Py_XDECREF(s.classify_code);
+    Py_XDECREF(s.intern_site);
+    s.classify_code = classify.is_none() ? nullptr : classify.release().ptr();
+    s.intern_site = intern.is_none() ? nullptr : intern.release().ptr();
+    s.site_depth = depth;
+    s.site_ids.clear();  // ids belong to the table they came from, and so does what counts as internal
+    for (auto& entry : s.internal_code) Py_DECREF(reinterpret_cast<PyObject*>(entry.first));
+    s.internal_code.clear();
+  }, "Capture sites in C++ into a sites.SiteTable: its _classify and intern_chain, and its depth (None: in Python)");
+  m.def("sites_in_cpp", []() { return kSitesInCpp; });
+  m.def("watch_this_thread", [](bool on) { c10::impl::tls_set_dispatch_key_included(kHookKey, on); },
+        "Put the hook's dispatch key in (or out of) this thread's included set");
+  m.def("this_thread_watched", []() { return c10::impl::tls_is_dispatch_key_included(kHookKey); });
+  m.def("hold_callback", []() {
+    if (op_depth == 0) return false;
+    callbacks_held = true;
+    return true;
+  }, "Inside an op: note that Python holds back a callback until the op's own event, and say so");
+  m.def("op_name", [](int index) {
+    State& s = state();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    const auto& entry = s.names.at(static_cast<size_t>(index));
+    return py::make_tuple(entry.first, entry.second);
+  });
+  m.def("learn_allocators", [](const at::Tensor& pageable) {
+    state().cpu_deleter = pageable.storage().data_ptr().get_deleter();
+  }, "Learn the CPU allocator's deleter from a pageable host tensor");
+  m.def("forget_pinned", []() {
+    State& s = state();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.pinned.clear();
+  });
+  m.def("plan_of", [](const std::string& name, const std::string& overload) -> py::object {
+    auto handle = c10::Dispatcher::singleton().findSchema({name, overload});
+    if (!handle.has_value()) return py::none();
+    Plan plan = build_plan(handle->schema());
+    const char* kinds[] = {"skip", "access", "python"};
+    py::list reads, writes, views, fresh;
+    for (size_t i = 0; i < plan.roles.size(); ++i) {
+      if (plan.roles[i] == Role::Read) reads.append(i);
+      if (plan.roles[i] == Role::Write) writes.append(i);
+    }
+    for (size_t i = 0; i < plan.fresh.size(); ++i) {
+      if (plan.fresh[i]) fresh.append(i);
+      if (plan.view_of[i] >= 0) views.append(py::make_tuple(i, plan.view_of[i]));
+    }
+    return py::make_tuple(kinds[static_cast<int>(plan.kind)], reads, writes, fresh, views);
+  }, "Tests: the plan of an operator, (kind, read args, written args, fresh returns, (return, aliased arg))");
+  m.def("set_cpu_as_device", [](bool on) { state().cpu_as_device = on; }, "Tests: CPU tensors as device 0 tensors");
+  m.def("set_test_stream", [](int64_t stream) { test_stream = stream; }, "Tests: this thread's current stream");
+}

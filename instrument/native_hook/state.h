@@ -1,0 +1,69 @@
+// State shared by the hook's parts: operator plans, byte ranges, the Python callbacks, thread flags.
+#pragma once
+
+#include <torch/extension.h>
+
+#include <atomic>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace streamcheck_native {
+
+namespace py = pybind11;
+
+constexpr c10::DispatchKey kHookKey = c10::DispatchKey::TESTING_ONLY_GenericMode;
+
+enum class Kind : uint8_t { Skip, Access, Python };
+enum class Role : uint8_t { None, Read, Write, View };
+
+struct Plan {
+  Kind kind = Kind::Skip;
+  int index = -1;              // position in the names list Python reads
+  std::vector<Role> roles;     // per argument
+  std::vector<uint8_t> fresh;  // per return: a tensor the op newly wrote
+  std::vector<int> view_of;    // per return: the argument it may alias (-1: none)
+  bool has_views = false;
+};
+
+struct Range {
+  uintptr_t base;
+  int64_t start, end;
+  int64_t storage_bytes;
+  int device;  // >= 0: a device tensor; -1: pinned host memory
+};
+
+struct State {
+  std::mutex mutex;  // plans, names, pinned
+  std::unordered_map<const c10::FunctionSchema*, Plan> plans;
+  std::vector<std::pair<std::string, std::string>> names;  // (qualified name, overload)
+  std::unordered_map<uintptr_t, bool> pinned;
+  // Python callables; owned references that are never released (they must outlive interpreter teardown).
+  PyObject* on_access = nullptr;   // (op, device, stream, reads, writes, fresh) -> None
+  PyObject* on_special = nullptr;  // (op, args) -> state, before a c10d op or record_stream
+  PyObject* after_special = nullptr;  // (state, outputs) -> None
+  PyObject* on_error = nullptr;    // (message) -> None
+  // Call sites (GIL held for all of these): see capture_site.
+  PyObject* classify_code = nullptr;  // (code) -> bool: lies in torch or streamcheck (sites.SiteTable._classify)
+  PyObject* intern_site = nullptr;    // ([(code, lasti), ...]) -> site id (sites.SiteTable.intern_chain)
+  int site_depth = 8;
+  std::unordered_map<PyCodeObject*, bool> internal_code;  // each code object held by a reference
+  std::unordered_map<std::string, int64_t> site_ids;
+  c10::DeleterFnPtr cpu_deleter = nullptr;
+  c10::DeleterFnPtr pinned_deleter = nullptr;
+  std::atomic<bool> active{false};
+  bool cpu_as_device = false;  // tests: CPU tensors stand for device 0 tensors on the thread's test stream
+};
+
+inline State& state() {
+  static State* s = new State();  // never destroyed: ops may run during interpreter shutdown
+  return *s;
+}
+
+inline thread_local int op_depth = 0;           // > 0 while this thread runs an op under the hook
+inline thread_local bool callbacks_held = false;  // Python held back a callback fired inside the current op
+inline thread_local int64_t test_stream = 0;
+
+}  // namespace streamcheck_native
