@@ -142,7 +142,7 @@ if has tests; then  # last of the parts: with DEADLINE set, it gets what time is
 fi
 
 # findings of every instrumented run, as one small archive
-tar czf "$OUT/seed-logs/findings.tgz" /tmp/sc-* /tmp/overhead/sc-findings 2>/dev/null
+tar czf "$OUT/seed-logs/findings.tgz" /tmp/sc-* /tmp/overhead/sc-findings* 2>/dev/null
 (cd "$OUT/seed-logs" && tar czf ../seed-logs.tgz . ) && rm -rf "$OUT/seed-logs"
 if has smoke || has full || has sc135; then
   python3 examples/deepspeed_hpz/summarize.py /tmp "$OUT" 2>&1 | tee -a "$LOG"
