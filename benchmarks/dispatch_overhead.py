@@ -70,7 +70,7 @@ class NativeHook:
 
         self.module = native.load()
         self.recorder = Recorder(sink)
-        self.hooks = native.NativeHooks(self.recorder, None, lambda args: None, self.module)
+        self.hooks = native.NativeHooks(self.recorder, None, self.module)
         self.active = active
 
     def __enter__(self):

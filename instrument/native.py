@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from .dispatch import report_record_stream
 from .recorder import RaceError, Recorder
 
 SOURCE_DIR = Path(__file__).with_name("native_hook")  # hook.cpp and the headers it includes: one translation unit
@@ -83,10 +84,9 @@ class ThreadEntry:
 class NativeHooks:
     """The Python half of the native hook: turns its calls into the Recorder's events."""
 
-    def __init__(self, recorder: Recorder, collectives: Any, record_stream: Any, module: Any) -> None:
+    def __init__(self, recorder: Recorder, collectives: Any, module: Any) -> None:
         self.recorder = recorder
-        self.collectives = collectives
-        self.record_stream = record_stream  # (args) -> None, dispatch.StreamcheckMode._record_stream's job
+        self.collectives = collectives  # collectives.CollectiveHooks, or None
         self.module = module
         self._names: list[str] = []
         self._overloads: dict[int, Any] = {}
@@ -175,7 +175,7 @@ class NativeHooks:
         try:
             name = self.op_name(op)
             if name == "aten::record_stream":
-                self.record_stream(args)
+                report_record_stream(rec, args)
                 return None
             if not name.startswith("c10d::") or self.collectives is None:
                 return None

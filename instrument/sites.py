@@ -108,14 +108,7 @@ class SiteTable:
         key: list = []
         for code, offset in chain:
             key += (id(code), offset)
-        key_tuple = tuple(key)
-        with self._lock:
-            site = self._ids.get(key_tuple)
-            if site is None:
-                site = len(self._chains)
-                self._chains.append(list(chain))
-                self._ids[key_tuple] = site
-        return site
+        return self._add(tuple(key), list(chain))
 
     def _key(self, frame) -> tuple:
         key: list = []
@@ -130,9 +123,13 @@ class SiteTable:
         chain = []
         depth = self.depth
         while frame is not None and depth:
-            chain.append((frame.f_code, frame.f_lasti))  # the code objects stay alive: their ids stay unique
+            chain.append((frame.f_code, frame.f_lasti))
             frame = frame.f_back
             depth -= 1
+        return self._add(key, chain)
+
+    def _add(self, key: tuple, chain: list) -> int:
+        """The id of `key`, a new one for a chain not seen before (its code objects stay alive: ids stay unique)."""
         with self._lock:
             site = self._ids.get(key)
             if site is None:

@@ -237,15 +237,12 @@ class Watch:
         except native.NativeUnavailable as exc:
             if backend == "native":
                 raise
-            self.notes.append(f"native hook unavailable, using the dispatch mode (slower): {exc}")
+            note = f"native hook unavailable, using the dispatch mode (slower): {exc}"
+            self.notes.append(note)
             if self.echo:
-                print(f"streamcheck: native hook unavailable, using the dispatch mode (slower): {exc}",
-                      file=sys.stderr)
+                print(f"streamcheck: {note}", file=sys.stderr)
             return None
-        from .dispatch import report_record_stream
-
-        return native.NativeHooks(self.recorder, collectives, lambda args: report_record_stream(self.recorder, args),
-                                  module)
+        return native.NativeHooks(self.recorder, collectives, module)
 
     def _uninstall_hooks(self) -> None:
         if self._mode is not None:
