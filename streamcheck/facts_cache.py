@@ -7,8 +7,12 @@ options' cache_key() (extra stream contexts change what a file's Facts hold). Ke
 makes a new key. The last-scan entry is keyed by every file's path and hash plus select/ignore and the same stamp
 and options; it holds the findings before per-file ignores, suppressions and the baseline, which are re-applied.
 Entries are written atomically; a cache that cannot be written is silently not used. After a scan that extracted
-something, entries it did not use and that are older than two weeks are deleted, so the cache does not grow forever. Everything is JSON: a cache
-in a checked-out repository must never be able to run code (no pickle).
+something, entries it did not use and that are older than two weeks are deleted, so the cache does not grow forever.
+Everything is JSON: a cache in a checked-out repository must never be able to run code (no pickle).
+
+A cache is input like any other and may be damaged (a disk filling up, a hand edit, a stray FIFO): each file starts
+with the hash of the JSON after it, only regular files are opened (never blocking), and anything that does not
+check out is a miss, recomputed and rewritten, never an error.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import tempfile
 import time
 from pathlib import Path
@@ -108,12 +113,12 @@ class FactsCache:
             if not target.parent.is_dir():
                 self._prepare()
                 target.parent.mkdir(parents=True, exist_ok=True)
-            text = json.dumps(entry, separators=(",", ":"))  # one C-encoder call; json.dump streams in Python
+            body = json.dumps(entry, separators=(",", ":")).encode()  # one C-encoder call; json.dump is Python
             fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".tmp")
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(text)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(_checksum(body) + b"\n" + body)
             os.replace(tmp, target)
-        except (OSError, TypeError, ValueError):
+        except (OSError, TypeError, ValueError, RecursionError):
             try:
                 os.unlink(tmp)  # type: ignore[possibly-undefined]
             except (OSError, NameError):
@@ -130,9 +135,32 @@ class FactsCache:
             tag.write_text("Signature: 8a477f597d28d172789f06886806bc55\n# streamcheck facts cache\n", encoding="utf-8")
 
 
+def _checksum(body: bytes) -> bytes:
+    return hashlib.blake2b(body, digest_size=16).hexdigest().encode()
+
+
 def _read_json(path: Path) -> Any:
+    """The JSON of a cache file, or None for anything else: missing, not a regular file, cut short, edited."""
     try:
-        with open(path, "rb") as handle:
-            return json.loads(handle.read())
-    except (OSError, ValueError):
+        # O_NONBLOCK: opening a FIFO planted in the cache must not wait for a writer.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        with os.fdopen(fd, "rb") as handle:
+            fd = -1
+            data = handle.read()
+    except OSError:
+        return None
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    digest, _, body = data.partition(b"\n")
+    if digest != _checksum(body):
+        return None
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError):
         return None

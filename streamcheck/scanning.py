@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +24,7 @@ from typing import Any, Callable
 from streamcheck.config import ScanConfig
 from streamcheck.facts_cache import CACHE_DIR_NAME, FactsCache, code_stamp
 from streamcheck.findings import Finding, Location, sorted_findings
-from streamcheck.sources import SourceFile, Source, Unreadable, discover, read_source
+from streamcheck.sources import FolderProblem, SourceFile, Source, Unreadable, discover, read_source
 from streamcheck.suppressions import SC002, Suppression, apply_suppressions, find_suppressions, unused_suppressions
 
 # Rules the driver itself reports (the rules package does not know them).
@@ -36,7 +37,8 @@ DRIVER_RULES: dict[str, tuple[str, str]] = {
 What it does:
     Reports a file that is not Python source the scanner can read: a syntax error, bytes that are not UTF-8
     (or not the encoding its coding cookie declares), a binary file named .py, a file the scanner may not
-    read, or a symlink loop. The finding points at the problem's position when there is one.
+    read, a symlink loop, or a folder the scanner may not list (none of its files were checked). The finding
+    points at the problem's position when there is one.
 
 Why it is bad:
     A file that cannot be parsed is a file whose stream-ordering hazards nobody checked. The rest of the tree
@@ -174,13 +176,17 @@ def scan(
     """Scan `paths`. Raises sources.MissingPath for a path that does not exist; everything else is reported."""
     started = time.perf_counter()
     backend = backend or default_backend(config)
-    files = discover(paths, config)
+    folder_problems: list[FolderProblem] = []
+    files = discover(paths, config, folder_problems)
     cache = None
     if use_cache:
         cache = FactsCache(cache_dir or config.root / CACHE_DIR_NAME, backend.stamp, backend.options_key)
 
     result = ScanResult(findings=[])
     read, raw, suppressions, identity = _read_files(files, config, result)
+    for problem in folder_problems:  # a folder nobody could list is a gap in the gate: SC001, not silence
+        raw.append(_sc001(problem.display, problem.message, 1, 1))
+        identity.append(f"{problem.display}\x1f!{problem.message}")
     # Nothing changed since the last scan of the same paths: its raw findings still hold, no Facts are needed.
     scan_key = cache.scan_key(identity, config.select, config.ignore) if cache else None
     previous = cache.get_scan(scan_key) if cache and scan_key else None
@@ -270,11 +276,27 @@ def _sc001(path: str, message: str, line: int, column: int, snippet: str = "") -
 # -- extraction ----------------------------------------------------------------------------------------------------
 
 def _use_entry(entry, file, source, backend, facts_list, raw) -> bool:
+    """Take a cached outcome if it has the shape _extract_one writes; False (recompute) for anything else."""
+    if not _well_formed(entry, file.display):
+        return False
+    facts_before, raw_before = len(facts_list), len(raw)
     try:
         _take_outcome(entry, file, source, backend, facts_list, raw)
     except Exception:  # an entry from an incompatible run: recompute
+        del facts_list[facts_before:], raw[raw_before:]
         return False
     return True
+
+
+def _well_formed(entry: Any, display: str) -> bool:
+    if not isinstance(entry, dict):
+        return False
+    if "facts" in entry:  # and the Facts of this very file (a copied or edited entry is not)
+        facts = entry["facts"]
+        return isinstance(facts, dict) and facts.get("path", display) == display
+    failure = entry.get("failure")
+    return (isinstance(failure, dict) and isinstance(failure.get("message"), str)
+            and all(type(failure.get(key)) is int for key in ("line", "column")))
 
 
 def _take_outcome(outcome: dict, file: SourceFile, source: Source, backend, facts_list: list, raw: list) -> None:
@@ -297,6 +319,38 @@ def _init_worker(backend: RulesBackend, cache: FactsCache | None) -> None:
     _worker["backend"], _worker["cache"] = backend, cache
 
 
+def _init_pool_worker(backend: RulesBackend, cache: FactsCache | None, parent: int) -> None:
+    """A pool worker: as _init_worker, and it dies with the scan. A worker blocks reading its task pipe, whose
+    write end it inherited itself, so a killed parent (SIGKILL, an unhandled SIGTERM) never gives it an EOF."""
+    _init_worker(backend, cache)
+    _die_with_parent(parent)
+
+
+def _die_with_parent(parent: int) -> None:
+    import signal
+    import sys
+    import threading
+
+    if sys.platform.startswith("linux"):
+        try:  # the kernel signals this process the moment the parent goes; nothing to poll
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            PR_SET_PDEATHSIG = 1
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent:  # it went before the prctl took effect
+        os._exit(1)
+
+    def watch() -> None:  # elsewhere (and as a backstop): re-parented means orphaned
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="streamcheck-parent-watch", daemon=True).start()
+
+
 def _extract_one(job: tuple[str, str, str | None]) -> dict:
     """Facts of one file as an outcome: {"facts": facts object} or {"failure": {message, line, column}}.
 
@@ -306,7 +360,12 @@ def _extract_one(job: tuple[str, str, str | None]) -> dict:
     backend: RulesBackend = _worker["backend"]
     cache: FactsCache | None = _worker["cache"]
     try:
-        facts = backend.extract(text, display, backend.options)
+        with warnings.catch_warnings():
+            # CPython's parser warns about the scanned code ("invalid escape sequence", "is" with a literal):
+            # those are the project's own lint's business, not lines on the scanner's stderr.
+            warnings.simplefilter("ignore", SyntaxWarning)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            facts = backend.extract(text, display, backend.options)
     except backend.parse_failure as exc:
         failure = _failure_dict(exc)
         if cache and key:
@@ -355,8 +414,8 @@ def _extract_all(to_extract, backend, cache, jobs, progress):
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
     context = multiprocessing.get_context(method)
     workers = min(jobs, total)
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker,
-                             initargs=(backend, cache)) as pool:
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=_init_pool_worker,
+                             initargs=(backend, cache, os.getpid())) as pool:
         chunk = max(1, min(16, total // (workers * 8)))
         for index, (item, outcome) in enumerate(zip(to_extract, pool.map(_extract_one, work, chunksize=chunk)), 1):
             yield item[0], item[1], outcome

@@ -1,9 +1,12 @@
 """Which files a scan reads, and reading them without ever raising.
 
 Discovery walks the given folders for `*.py` (and `*.pyi`), prunes excluded folders before descending, and does not
-follow symlinked folders (so a symlink loop cannot make it spin). Reading turns every way a file can be unreadable
-into an `Unreadable` with one clear sentence: permission denied, a symlink loop, not UTF-8 (or not the encoding its
-coding cookie names), a binary file, a file too large to be hand-written source.
+follow symlinked folders (so a symlink loop cannot make it spin); a folder it cannot list is handed back as a
+problem (the scan reports it), never skipped in silence. Reading turns every way a file can be unreadable into an
+`Unreadable` with one clear sentence: permission denied, a symlink loop, not UTF-8 (or not the encoding its coding
+cookie names, or a cookie naming a codec that is not a text encoding), UTF-16/32 text, a binary file, a file too
+large to be hand-written source. File names that are not UTF-8 are shown with their odd bytes escaped (\\xe9), so
+every report format can print them.
 """
 
 from __future__ import annotations
@@ -54,22 +57,37 @@ class MissingPath(Exception):
 
 
 def display_path(path: str) -> str:
-    norm = os.path.normpath(path)
-    return norm.replace(os.sep, "/")
+    """'/'-separated and printable: bytes of a name that are not UTF-8 (surrogate escapes) become \\xNN."""
+    norm = os.path.normpath(path).replace(os.sep, "/")
+    try:
+        norm.encode("utf-8")
+    except UnicodeEncodeError:
+        norm = os.fsencode(norm).decode("utf-8", "backslashreplace")
+    return norm
 
 
-def discover(paths: list[str], config: ScanConfig) -> list[SourceFile]:
+@dataclass(frozen=True)
+class FolderProblem:
+    """A folder discovery could not list: its files were not scanned."""
+
+    display: str
+    message: str
+
+
+def discover(paths: list[str], config: ScanConfig, problems: list[FolderProblem] | None = None) -> list[SourceFile]:
     """The Python files under `paths`, excluded ones left out, each once, in a stable order.
 
     A file named explicitly is scanned whatever its suffix, unless excluded (so pre-commit's file lists obey the
-    project's excludes too). Raises MissingPath for a path that does not exist at all.
+    project's excludes too). Raises MissingPath for a path that does not exist at all. Folders that cannot be
+    listed are appended to `problems`.
     """
     found: dict[str, SourceFile] = {}
+    failed = problems if problems is not None else []
     for given in paths:
         if not os.path.lexists(given):
             raise MissingPath(given)
         if os.path.isdir(given):
-            for disk_path, rel in _walk(given, config):
+            for disk_path, rel in _walk(given, config, failed):
                 _add(found, disk_path, rel)
         else:  # a file, or a symlink that leads nowhere (reading it reports why)
             rel = config.relative(Path(given))
@@ -84,13 +102,19 @@ def _add(found: dict[str, SourceFile], disk_path: str, rel: str) -> None:
         found[key] = SourceFile(disk_path=disk_path, display=display_path(disk_path), rel=rel)
 
 
-def _walk(top: str, config: ScanConfig):
+def _walk(top: str, config: ScanConfig, problems: list[FolderProblem]):
     """(disk path, root-relative path) of the Python files below `top`, excluded entries pruned.
 
     os.walk does not descend into symlinked folders (followlinks=False), so a symlink loop cannot make it spin;
-    pruning `dirnames` in place keeps it out of excluded trees such as .venv.
+    pruning `dirnames` in place keeps it out of excluded trees such as .venv. A folder os.walk cannot list
+    (permission denied, vanished) goes to `problems`.
     """
-    for folder, dirnames, filenames in os.walk(top, followlinks=False):
+    def unlistable(exc: OSError) -> None:
+        where = display_path(exc.filename if isinstance(exc.filename, str) else top)
+        problems.append(FolderProblem(where, f"cannot list folder: {_os_error_text(exc).removeprefix('cannot read: ')}"
+                                      "; its files were not scanned"))
+
+    for folder, dirnames, filenames in os.walk(top, onerror=unlistable, followlinks=False):
         rel_folder = config.relative(Path(folder))
         prefix = "" if rel_folder == "." else rel_folder + "/"
         dirnames[:] = sorted(d for d in dirnames if not config.excludes_entry(d, prefix + d))
@@ -120,6 +144,10 @@ def read_source(disk_path: str, max_bytes: int) -> Source | Unreadable:
 
 def decode(data: bytes) -> Source | Unreadable:
     """Bytes -> text as Python would decode them (BOM, PEP 263 coding cookie, else UTF-8)."""
+    wide = _wide_unicode(data)
+    if wide:
+        return Unreadable(f"{wide} text, not Python source: Python reads source as UTF-8 (or an ASCII-compatible "
+                          "encoding named in a '# -*- coding: ... -*-' line); save the file as UTF-8")
     nul = data.find(b"\0")
     if nul >= 0:
         line, column = _position(data, nul)
@@ -138,14 +166,37 @@ def decode(data: bytes) -> Source | Unreadable:
             line,
             column,
         )
+    except (UnicodeError, LookupError, ValueError) as exc:  # a codec failing its own way (idna, punycode, ...)
+        return Unreadable(f"cannot decode as {encoding}: {exc}")
     return Source(text=text, digest=hashlib.blake2b(data, digest_size=20).hexdigest())
+
+
+_WIDE_BOMS = ((codecs.BOM_UTF32_LE, "UTF-32"), (codecs.BOM_UTF32_BE, "UTF-32"),
+              (codecs.BOM_UTF16_LE, "UTF-16"), (codecs.BOM_UTF16_BE, "UTF-16"))
+
+
+def _wide_unicode(data: bytes) -> str:
+    """"UTF-16" / "UTF-32" when the bytes are such text (a byte-order mark, or ASCII interleaved with NULs)."""
+    for bom, name in _WIDE_BOMS:  # UTF-32-LE's mark starts with UTF-16-LE's: longest first
+        if data.startswith(bom):
+            return name
+    head = data[:256]
+    if len(head) >= 8:
+        odd, even = head[1::2], head[0::2]
+        if odd.count(0) == len(odd) and 0 not in even or even.count(0) == len(even) and 0 not in odd:
+            return "UTF-16"
+    return ""
 
 
 _COOKIE = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)")
 
 
 def _declared_encoding(data: bytes) -> str | Unreadable:
-    """PEP 263: a coding cookie on line 1 or 2 (line 2 only if line 1 is a comment or blank), else UTF-8."""
+    """PEP 263: a coding cookie on line 1 or 2 (line 2 only if line 1 is a comment or blank), else UTF-8.
+
+    As CPython does, a cookie must name a text encoding (not rot13, hex, zlib, ...) in which the cookie's own line
+    reads as written (so not UTF-16, UTF-32 or punycode): such a file is reported, never decoded.
+    """
     if data.startswith(codecs.BOM_UTF8):
         return "utf-8-sig"
     lines = data.split(b"\n", 2)[:2]
@@ -154,12 +205,27 @@ def _declared_encoding(data: bytes) -> str | Unreadable:
         if match:
             name = match.group(1).decode("ascii", "replace")
             try:
-                return codecs.lookup(name).name
+                info = codecs.lookup(name)
             except LookupError:
                 return Unreadable(f"unknown encoding {name!r} in the coding declaration", number)
+            if not getattr(info, "_is_text_encoding", True):
+                return Unreadable(f"{name!r} in the coding declaration is not a text encoding "
+                                  "(a bytes-to-bytes codec); Python cannot read this file", number)
+            if not _reads_as_written(line[:match.end()], info.name):
+                return Unreadable(f"encoding {name!r} in the coding declaration is not ASCII-compatible "
+                                  "(Python rejects it: 'encoding problem'); save the file as UTF-8", number)
+            return info.name
         if line.strip() and not line.lstrip().startswith(b"#"):
             break
     return "utf-8"
+
+
+def _reads_as_written(cookie: bytes, encoding: str) -> bool:
+    """The cookie (ASCII up to the encoding's name) decodes to itself."""
+    try:
+        return cookie.decode(encoding) == cookie.decode("latin-1")
+    except (UnicodeError, LookupError, ValueError):
+        return False
 
 
 def _size(n: int) -> str:

@@ -102,8 +102,11 @@ def _source_block(text: Text, loc: Location) -> None:
 
 def _file_line(loc: Location) -> str:
     """The full source line, if the file is at hand and still says what the finding saw (the column needs it)."""
-    linecache.checkcache(loc.path)  # the file may have changed since an earlier report in this process
-    line = linecache.getline(loc.path, loc.line).rstrip("\r\n")
+    try:  # linecache decodes by the file's coding cookie: a bogus one (rot13, utf-16) raises, the snippet stays
+        linecache.checkcache(loc.path)  # the file may have changed since an earlier report in this process
+        line = linecache.getline(loc.path, loc.line).rstrip("\r\n")
+    except (LookupError, UnicodeError, SyntaxError, ValueError, OSError):
+        line = ""
     if line.strip() and (not loc.snippet or " ".join(line.split()) == " ".join(loc.snippet.split())):
         return line
     return ""
