@@ -370,7 +370,7 @@ class Watch:
         self._sink = open(path, "a" if self.append else "w", encoding="utf-8")
         self._write_line({"e": "header", "format": FINDINGS_FORMAT, "version": FINDINGS_VERSION, "rank": self.rank,
                           "world_size": self.world_size, "pid": os.getpid(), "argv": list(sys.argv),
-                          "started": time.time()})
+                          "started": time.time(), "cuda": _cuda_available()})
         self.path = path
 
     def _write_line(self, record: dict) -> None:
@@ -378,6 +378,16 @@ class Watch:
             return
         self._sink.write(json.dumps(record, default=str) + "\n")
         self._sink.flush()
+
+
+def _cuda_available() -> bool | None:
+    """For the header: `streamcheck run` says so when a rank had no CUDA (then no stream ran, nothing can race)."""
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except Exception:  # noqa: BLE001 - the header must not fail the run
+        return None
 
 
 def watch(out_dir: str | os.PathLike | None = None, **options: Any) -> Watch:

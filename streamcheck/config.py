@@ -37,8 +37,13 @@ class ConfigError(Exception):
     """A bad option: `key` and `source` (file or "command line") say where, `message` says what is wrong."""
 
     def __init__(self, source: str, key: str, message: str):
-        super().__init__(f"{source}: [tool.streamcheck] {key}: {message}" if source != "command line"
-                         else f"command line: {key}: {message}")
+        if not key:  # the file as a whole (unreadable, not TOML, no table): the message says it all
+            text = message
+        elif source == "command line":
+            text = f"command line: {key}: {message}"
+        else:
+            text = f"{source}: [tool.streamcheck] {key}: {message}"
+        super().__init__(text)
         self.source, self.key, self.message = source, key, message
 
 
@@ -58,6 +63,9 @@ class ScanConfig:
     sync_callables: tuple[str, ...] = ()
     generic_attributes: tuple[str, ...] = ()
     max_file_size_kb: int = DEFAULT_MAX_FILE_SIZE_KB
+    # (source, key, code) of every rule code given in select / ignore / per-file-ignores, so that a code no rule
+    # has can be reported naming where it came from once the rule ids are known (check_rule_codes).
+    code_origins: tuple[tuple[str, str, str], ...] = field(default=(), compare=False)
 
     # -- what to report -------------------------------------------------------------------------------------------
     def rule_enabled(self, rule_id: str) -> bool:
@@ -144,17 +152,23 @@ CONFIG_KEYS = tuple(_KEYS)
 
 
 def find_pyproject(start: Path) -> Path | None:
-    """The nearest pyproject.toml at or above `start` that has a [tool.streamcheck] table."""
+    """The nearest pyproject.toml at or above `start` that has a [tool.streamcheck] table, as TOML reads it.
+
+    Only files that mention "streamcheck" at all are parsed (every spelling of the table, `[tool."streamcheck"]`
+    or `[tool] streamcheck = {...}`, contains the word); a file that mentions it but cannot be read or parsed is a
+    ConfigError rather than a silent "no configuration".
+    """
     start = Path(os.path.abspath(start))
     for folder in [start, *start.parents]:
         candidate = folder / "pyproject.toml"
-        if candidate.is_file():
-            try:
-                text = candidate.read_text(encoding="utf-8", errors="replace")
-            except OSError:
-                continue
-            if "tool.streamcheck" in text:  # cheap check before a full TOML parse
-                return candidate
+        if not os.path.isfile(candidate):  # os.path: False, not PermissionError, for an unreadable folder
+            continue
+        try:
+            data = candidate.read_bytes()
+        except OSError as exc:
+            raise ConfigError(str(candidate), "", f"cannot read {candidate}: {exc.strerror or exc}") from None
+        if b"streamcheck" in data and _tool_table(candidate, data) is not None:
+            return candidate
     return None
 
 
@@ -178,21 +192,43 @@ def load_config(config_file: Path | None, start: Path, overrides: dict[str, Any]
 
 
 def _read_table(path: Path) -> dict[str, Any]:
+    """[tool.streamcheck] of `path`; a file named with --config must have one."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(str(path), "", f"cannot read {path}: {exc.strerror or exc}") from None
+    table = _tool_table(path, data)
+    if table is None:
+        raise ConfigError(str(path), "", f"{path} has no [tool.streamcheck] table (is it the right file?)")
+    return table
+
+
+def _tool_table(path: Path, data: bytes) -> dict[str, Any] | None:
+    """The [tool.streamcheck] table of a TOML document, None if it has none. Raises ConfigError for a file that
+    is not UTF-8 or not TOML (also TOML too deeply nested to parse), naming the file."""
     try:
         import tomllib
     except ModuleNotFoundError:  # Python 3.10
         try:
             import tomli as tomllib  # type: ignore[no-redef]
         except ModuleNotFoundError:
-            raise ConfigError(str(path), "(file)", "reading TOML on Python 3.10 needs the 'tomli' package") from None
+            raise ConfigError(str(path), "", f"cannot read {path}: reading TOML on Python 3.10 needs the 'tomli' "
+                                             "package") from None
     try:
-        with open(path, "rb") as handle:
-            data = tomllib.load(handle)
-    except OSError as exc:
-        raise ConfigError(str(path), "(file)", f"cannot read: {exc.strerror or exc}") from None
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(str(path), "", f"cannot read {path}: not UTF-8 (byte 0x{data[exc.start]:02x} at offset "
+                                         f"{exc.start})") from None
+    try:
+        document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(str(path), "(file)", f"not valid TOML: {exc}") from None
-    table = data.get("tool", {}).get("streamcheck", {})
+        raise ConfigError(str(path), "", f"cannot read {path}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(str(path), "", f"cannot read {path}: not valid TOML: nested too deeply to parse") from None
+    tool = document.get("tool")
+    if not isinstance(tool, dict) or "streamcheck" not in tool:
+        return None
+    table = tool["streamcheck"]
     if not isinstance(table, dict):
         raise ConfigError(str(path), "tool.streamcheck", "must be a table")
     return table
@@ -208,7 +244,34 @@ def _apply(config: ScanConfig, table: dict[str, Any], source: str) -> ScanConfig
                               + f"; known: {', '.join(_KEYS)}")
         name, kind = spec
         changes[name] = _convert(source, key, kind, value)
-    return replace(config, **changes)
+    origins = [(o_source, o_key, code) for o_source, o_key, code in config.code_origins
+               if _KEYS.get(o_key.split(".", 1)[0], ("",))[0] not in changes]  # a key given again replaces its codes
+    for key in table:
+        name = _KEYS[key][0]
+        if name in ("select", "ignore"):
+            origins += [(source, key, code) for code in changes[name]]
+        elif name == "per_file_ignores":
+            origins += [(source, f"{key}.{glob}", code) for glob, codes in changes[name] for code in codes]
+    return replace(config, **changes, code_origins=tuple(origins))
+
+
+def check_rule_codes(config: ScanConfig, known: set[str] | tuple[str, ...], runtime: tuple[str, ...] = ()) -> None:
+    """Raise ConfigError for a code in select / ignore / per-file-ignores that is no scan rule's id or prefix.
+
+    A typo must not switch checking off silently: `select = ["SC999"]` would otherwise report nothing and pass.
+    `runtime` are the runtime detector's ids (SC2xx), named as such in the message.
+    """
+    known = set(known)
+    for source, key, code in config.code_origins:
+        if code == "ALL" or any(rule_id.startswith(code) for rule_id in known):
+            continue
+        valid = ", ".join(sorted(known))
+        if any(rule_id.startswith(code) for rule_id in runtime):
+            why = (f"{code} is a runtime rule (reported by `streamcheck run` and `streamcheck report`), not a scan "
+                   f"rule; scan rules: {valid}")
+        else:
+            why = f"unknown rule id {code!r}; valid: {valid}, a prefix of them (e.g. 'SC1'), or ALL"
+        raise ConfigError(source, key if source != "command line" else "--" + key.split(".", 1)[0], why)
 
 
 def _convert(source: str, key: str, kind: str, value: Any) -> Any:

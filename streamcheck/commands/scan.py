@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from streamcheck.baseline import BaselineError, read_baseline, write_baseline
-    from streamcheck.config import ConfigError, load_config, parse_per_file_ignores, split_csv
+    from streamcheck.config import ConfigError, check_rule_codes, load_config, parse_per_file_ignores, split_csv
     from streamcheck.sources import MissingPath
 
     try:
@@ -100,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
         }
         config_file = Path(args.config) if args.config else None
         if config_file is not None and not config_file.is_file():
-            raise ConfigError(str(config_file), "--config", "no such file")
+            raise ConfigError(str(config_file), "", f"cannot read {config_file} (--config): no such file")
         config = load_config(config_file, _common_start(args.paths), overrides)
         baseline = read_baseline(args.baseline) if args.baseline else None
     except (ConfigError, BaselineError) as exc:
@@ -109,9 +109,14 @@ def run(args: argparse.Namespace) -> int:
 
     from streamcheck import scanning
 
-    progress = None if args.no_progress else _Progress.maybe(sys.stderr)
     try:
         backend = scanning.default_backend(config)
+        check_rule_codes(config, set(backend.rule_ids) | set(scanning.DRIVER_RULES), tuple(runtime_rule_ids()))
+    except ConfigError as exc:
+        print(f"streamcheck scan: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    progress = None if args.no_progress else _Progress.maybe(sys.stderr)
+    try:
         result = scanning.scan(
             args.paths,
             config,
@@ -152,6 +157,12 @@ def run(args: argparse.Namespace) -> int:
     if result.findings and not args.exit_zero:
         return EXIT_FINDINGS
     return EXIT_CLEAN
+
+
+def runtime_rule_ids() -> list[str]:
+    from streamcheck.report.runtime import RUNTIME_RULES
+
+    return sorted(RUNTIME_RULES)
 
 
 def _common_start(paths: list[str]) -> str:

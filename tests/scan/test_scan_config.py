@@ -113,7 +113,7 @@ def test_invalid_toml_exits_2(project, capsys):
     (project / "pyproject.toml").write_text("[tool.streamcheck]\nselect = [\n", encoding="utf-8")
     code, _, err = scan_cli(capsys, ".")
     assert code == 2
-    assert f"{project / 'pyproject.toml'}: [tool.streamcheck] (file): not valid TOML" in err
+    assert err.startswith(f"streamcheck scan: cannot read {project / 'pyproject.toml'}: not valid TOML: ")
 
 
 def test_bad_command_line_values_exit_2(project, capsys):
@@ -122,7 +122,7 @@ def test_bad_command_line_values_exit_2(project, capsys):
     assert scan_cli(capsys, "--per-file-ignores", "SC101", ".")[0:3:2] == (
         2, "streamcheck scan: command line: --per-file-ignores: expected GLOB:CODES, got 'SC101'\n")
     assert scan_cli(capsys, "--config", "nope.toml", ".")[0:3:2] == (
-        2, "streamcheck scan: nope.toml: [tool.streamcheck] --config: no such file\n")
+        2, "streamcheck scan: cannot read nope.toml (--config): no such file\n")
     assert scan_cli(capsys, "--jobs", "0", ".")[0:3:2] == (
         2, "streamcheck scan: command line: --jobs: must be at least 1\n")
     assert scan_cli(capsys, "missing_dir")[0:3:2] == (
