@@ -1,18 +1,12 @@
 """Every aten op as reads and writes of byte ranges, from its schema's alias information (a TorchDispatchMode).
 
 For each OpOverload an `OpPlan` is built once and cached, so the per-op cost is a dict lookup, a walk over the
-tensor arguments the plan names, and one sink call. The rules, read off the schema:
+tensor arguments the plan names, and one sink call. Which arguments are read and written, and which returns are
+fresh, comes from the one table both backends read (op_table.py: schema alias annotations, metadata-only
+arguments, queries, record_stream, c10d collectives handed to instrument/collectives.py).
 
-- an argument whose alias set is written (`Tensor(a!) self`, `out=`) is written;
-- an argument with a read-only alias set (`Tensor(a) self` of `view`, `t`, `split`) is a view input: no data moves;
-- every other tensor argument (tensor lists and optionals walked) is read;
-- a return without alias information is a fresh tensor the op wrote; an aliased return is the input again or a view;
-- factory-like ops (`aten::zeros_like`, `aten::new_empty`, ... matched with their `aten::` namespace) read only the
-  metadata of their input and write their output;
-- in-place ops that change only metadata (`set_`, `resize_`, `as_strided_`, `squeeze_`, ...) touch no data;
-- `aten::record_stream` is annotated as writing `self`, but it only informs the allocator: it becomes the
-  record_stream event;
-- `c10d::*` ops are collectives, handed to instrument/collectives.py.
+A return the schema calls fresh that lives in the storage of an argument the op reads (`_unsafe_view`, `type_as`
+to the same dtype: the op handed back its input or a view of it) is neither a write nor a read of that storage.
 
 Attribution: an op touching any CUDA tensor is a kernel enqueued by the calling thread on its current stream of that
 tensor's device; pinned host tensors in it are accessed by that stream (a non_blocking copy); an op touching only
@@ -32,26 +26,17 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from .host import PinnedMemory
 from .recorder import RaceError, Recorder
 
-SKIP, ACCESS, RECORD_STREAM, COLLECTIVE = "skip", "access", "record_stream", "collective"
-
-# In-place by schema, but only the tensor's metadata (or the allocator's bookkeeping) changes.
-METADATA_ONLY_OPS = frozenset(
-    "aten::" + name
-    for name in (
-        "set_", "resize_", "resize_as_", "as_strided_", "squeeze_", "unsqueeze_", "transpose_", "t_", "swapdims_",
-        "swapaxes_", "detach_", "is_pinned", "sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "size",
-        "stride", "numel", "dim", "is_contiguous", "is_same_size", "_has_compatible_shallow_copy_type",
-        "is_nonzero_",
-    )
+# The table of what each op touches lives in op_table.py (the C++ hook reads the same one).
+from .op_table import (  # noqa: E402 - re-exported: older callers import these names from here
+    ACCESS,
+    COLLECTIVE,
+    METADATA_ONLY_OPS,
+    RECORD_STREAM,
+    SKIP,
+    is_factory_like as _is_factory_like,
+    roles_of_schema,
 )
-
-
-def _is_factory_like(qualified_name: str) -> bool:
-    """`aten::zeros_like`, `aten::new_empty`: the input gives shape and dtype only."""
-    if not qualified_name.startswith("aten::"):
-        return False
-    name = qualified_name[6:]
-    return name.endswith("_like") or name.startswith("new_")
+from . import op_table  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -70,40 +55,23 @@ class OpPlan:
     single_return: bool = True
 
 
-def _holds_tensors(type_str: str) -> bool:
-    return "Tensor" in type_str
-
-
 def build_plan(func: Any) -> OpPlan:
-    """Read the schema of an OpOverload once."""
+    """Read the schema of an OpOverload once, through the shared table (op_table.py)."""
     schema = func._schema
     name = schema.name
     if "::" not in name:
         name = f"{func.namespace}::{name}"
-    if name == "aten::record_stream":
-        return OpPlan(name, RECORD_STREAM)
-    if name.startswith("c10d::"):
-        return OpPlan(name, COLLECTIVE)
-    if name in METADATA_ONLY_OPS:
-        return OpPlan(name, SKIP)
-    factory = _is_factory_like(name)
+    kind, args, returns = roles_of_schema(schema, func.namespace)
+    if kind != ACCESS:
+        return OpPlan(name, kind)
     reads, writes = [], []
-    for position, arg in enumerate(schema.arguments):
-        if not _holds_tensors(str(arg.type)):
-            continue
+    for position, (arg, role) in enumerate(zip(schema.arguments, args)):
         where = (-1 if arg.kwarg_only else position, arg.name)
-        alias = arg.alias_info
-        if alias is not None and alias.is_write:
-            writes.append(where)
-        elif alias is not None:
-            continue  # a view input: no data touched
-        elif not factory:
+        if role == op_table.READ:
             reads.append(where)
-    fresh = tuple(
-        i for i, ret in enumerate(schema.returns) if ret.alias_info is None and _holds_tensors(str(ret.type))
-    )
-    if not reads and not writes and not fresh:
-        return OpPlan(name, SKIP)
+        elif role == op_table.WRITE:
+            writes.append(where)
+    fresh = tuple(i for i, role in enumerate(returns) if role == op_table.FRESH)
     return OpPlan(name, ACCESS, tuple(reads), tuple(writes), fresh, len(schema.returns) == 1)
 
 
@@ -222,6 +190,16 @@ def _ranges_of_plan(where: tuple, args: tuple, kwargs: dict, pinned: PinnedMemor
     return device
 
 
+def _returned_an_input(base: int, reads: list) -> bool:
+    """A "fresh" return in the storage of a read argument: the op handed back its input (or a view), so drop that
+    read and write nothing."""
+    kept = [rng for rng in reads if rng[0] != base]
+    if len(kept) == len(reads):
+        return False
+    reads[:] = kept
+    return True
+
+
 class StreamcheckMode(TorchDispatchMode):
     """Sees every aten op of the thread that entered it (and of the autograd engine's threads) and reports it."""
 
@@ -296,6 +274,8 @@ class StreamcheckMode(TorchDispatchMode):
                         continue
                     rng = byte_range(tensor)
                     if rng is None:
+                        continue
+                    if reads and _returned_an_input(rng[0], reads):
                         continue
                     on = tensor.get_device()
                     if on >= 0:

@@ -61,7 +61,11 @@ def load() -> Any:
         _module = load_extension("streamcheck_native_hook", [str(SOURCE_DIR / "hook.cpp")],
                                  extra_cflags=["-O2", f"-DSTREAMCHECK_NATIVE_SOURCES=0x{digest}"],
                                  extra_include_paths=[str(SOURCE_DIR)], verbose=False)
+        from .op_table import roles_of_name
+
+        _module.set_plan_source(roles_of_name)  # the one table of what each op touches (dispatch.py reads it too)
     except Exception as exc:  # noqa: BLE001 - no compiler, no ninja, headers that do not match...
+        _module = None
         _load_error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"
         raise NativeUnavailable(_load_error) from exc
     return _module

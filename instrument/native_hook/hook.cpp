@@ -6,7 +6,7 @@
 // every op converts its arguments to Python objects, calls __torch_dispatch__, and parses them again to run. This
 // hook is a boxed C++ fallback on one dispatch key that the watched threads put in their thread-local "included"
 // set (the autograd engine's threads inherit it, like a mode). Per op it reads the operator's read/write plan
-// (built once from the schema's alias annotations, the same rules as dispatch.py), turns the tensors into byte
+// (built once per operator from the one table in op_table.py, which dispatch.py reads too), turns the tensors into byte
 // ranges, runs the op, and makes one Python call with plain integers. Ops that touch no CUDA or pinned memory
 // never reach Python.
 //
@@ -16,6 +16,8 @@
 // that had to copy) counts as a read of the input and a fresh write.
 #include <torch/extension.h>
 #include <torch/library.h>
+
+#include <algorithm>
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -47,6 +49,15 @@ void report_error(const std::string& message) {
     e.restore();
     PyErr_Clear();
   }
+}
+
+// A return the schema calls fresh but that lives in the storage of an argument the op reads: the op handed back
+// its input or a view of it, so that storage was neither read nor written. Drops those reads (as dispatch.py does).
+bool returned_an_input(std::vector<Range>& reads, uintptr_t base) {
+  size_t before = reads.size();
+  reads.erase(std::remove_if(reads.begin(), reads.end(), [base](const Range& r) { return r.base == base; }),
+              reads.end());
+  return reads.size() != before;
 }
 
 struct OpScope {  // marks "inside an op" for callbacks fired while it runs
@@ -154,6 +165,8 @@ void hook(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::S
               if (input.second.base == r.base) return;  // a real view: no data moved
               acc.add(acc.reads, input.second);  // it copied: read the input, wrote a new tensor
             }
+          } else if (returned_an_input(acc.reads, r.base)) {
+            return;  // a "fresh" return in a read argument's storage (type_as to the same dtype, _unsafe_view)
           }
           acc.add(acc.fresh, r);
         });
@@ -193,6 +206,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "streamcheck's per-op hook (see instrument/native_hook/hook.cpp)";
   m.def("install", &install, "Set the Python callbacks: on_access, on_special, after_special, on_error");
   m.def("set_active", [](bool active) { state().active = active; });
+  m.def("set_plan_source", [](py::object source) {
+    State& s = state();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    Py_XDECREF(s.plan_source);
+    s.plan_source = source.release().ptr();
+    s.plans.clear();  // plans come from the table: a new table, new plans (set once, before any op is watched)
+  }, "The operator table: (qualified name, overload) -> (kind, argument roles, return roles)");
   m.def("set_site_table", [](py::object classify, py::object intern, int depth) {
     State& s = state();
     Py_XDECREF(s.classify_code);
@@ -230,7 +250,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("plan_of", [](const std::string& name, const std::string& overload) -> py::object {
     auto handle = c10::Dispatcher::singleton().findSchema({name, overload});
     if (!handle.has_value()) return py::none();
-    Plan plan = build_plan(handle->schema());
+    Plan plan = build_plan(handle->schema());  // the GIL is held: a pybind function
     const char* kinds[] = {"skip", "access", "python"};
     py::list reads, writes, views, fresh;
     for (size_t i = 0; i < plan.roles.size(); ++i) {

@@ -1,64 +1,53 @@
-// Operator plans: which arguments an op reads and writes, read once per operator from its schema.
+// Operator plans: which arguments an op reads and writes, read once per operator.
+//
+// The roles come from Python (instrument/op_table.py, `roles_of_name`), the one table the dispatch mode reads too:
+// schema alias annotations plus the arguments that give only metadata (view_as's other, *_like inputs, queries).
+// C++ only turns them into a Plan and adds what the hook alone needs: which argument an aliasing return may alias
+// (a reshape that had to copy is a read and a fresh write).
 #pragma once
 
 #include <ATen/core/dispatch/Dispatcher.h>
-
-#include <unordered_set>
 
 #include "state.h"
 
 namespace streamcheck_native {
 
-// In-place by schema, but only metadata (or the allocator's bookkeeping) changes. Same list as dispatch.py.
-inline const std::unordered_set<std::string> kMetadataOnly = {
-    "aten::set_", "aten::resize_", "aten::resize_as_", "aten::as_strided_", "aten::squeeze_",
-    "aten::unsqueeze_", "aten::transpose_", "aten::t_", "aten::swapdims_", "aten::swapaxes_", "aten::detach_",
-    "aten::is_pinned", "aten::sym_size", "aten::sym_stride", "aten::sym_numel", "aten::sym_storage_offset",
-    "aten::size", "aten::stride", "aten::numel", "aten::dim", "aten::is_contiguous", "aten::is_same_size",
-    "aten::_has_compatible_shallow_copy_type", "aten::is_nonzero_"};
-
 inline bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
 
-inline bool is_factory_like(const std::string& name) {
-  if (!starts_with(name, "aten::")) return false;
-  return (name.size() > 5 && name.compare(name.size() - 5, 5, "_like") == 0) || starts_with(name, "aten::new_");
-}
-
-inline bool holds_tensor(const c10::TypePtr& type) { return type->str().find("Tensor") != std::string::npos; }
-
+// GIL held. Throws std::runtime_error when the table cannot answer (the hook then reports it and switches off).
 inline Plan build_plan(const c10::FunctionSchema& schema) {
+  State& s = state();
   Plan plan;
-  const std::string& name = schema.name();
-  if (name == "aten::record_stream" || starts_with(name, "c10d::")) {
+  if (s.plan_source == nullptr) throw std::runtime_error("no operator table (native.load() sets it)");
+  py::tuple answer;
+  try {
+    answer = py::reinterpret_borrow<py::object>(s.plan_source)(schema.name(), schema.overload_name());
+  } catch (py::error_already_set& e) {  // never into the program: only a RaceError may reach it
+    std::string what = e.what();
+    e.restore();
+    PyErr_Clear();
+    throw std::runtime_error("operator table, " + schema.name() + ": " + what);
+  }
+  std::string kind = answer[0].cast<std::string>();
+  if (kind == "record_stream" || kind == "collective") {
     plan.kind = Kind::Python;
     return plan;
   }
-  if (kMetadataOnly.count(name)) return plan;
-  bool factory = is_factory_like(name);
+  py::sequence args = answer[1].cast<py::sequence>();
+  py::sequence returns = answer[2].cast<py::sequence>();
   bool any = false;
   int first_view = -1;
-  for (size_t i = 0; i < schema.arguments().size(); ++i) {
-    const auto& arg = schema.arguments()[i];
-    Role role = Role::None;
-    if (holds_tensor(arg.type())) {
-      const auto* alias = arg.alias_info();
-      if (alias != nullptr && alias->isWrite()) {
-        role = Role::Write;
-      } else if (alias != nullptr) {
-        role = Role::View;
-        if (first_view < 0) first_view = static_cast<int>(i);
-      } else if (!factory) {
-        role = Role::Read;
-      }
-    }
-    if (role == Role::Read || role == Role::Write) any = true;
-    plan.roles.push_back(role);
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string role = args[i].cast<std::string>();
+    Role r = role == "read" ? Role::Read : role == "write" ? Role::Write : role == "view" ? Role::View : Role::None;
+    if (r == Role::View && first_view < 0) first_view = static_cast<int>(i);
+    if (r == Role::Read || r == Role::Write) any = true;
+    plan.roles.push_back(r);
   }
-  for (const auto& ret : schema.returns()) {
-    bool tensor = holds_tensor(ret.type());
-    const auto* alias = ret.alias_info();
-    plan.fresh.push_back(tensor && alias == nullptr);
-    int view = (tensor && alias != nullptr && !alias->isWrite()) ? first_view : -1;
+  for (size_t i = 0; i < returns.size(); ++i) {
+    std::string role = returns[i].cast<std::string>();
+    plan.fresh.push_back(role == "fresh");
+    int view = role == "view" ? first_view : -1;
     plan.view_of.push_back(view);
     if (plan.fresh.back()) any = true;
     if (view >= 0) plan.has_views = any = true;
@@ -70,10 +59,19 @@ inline Plan build_plan(const c10::FunctionSchema& schema) {
 inline Plan& plan_for(const c10::OperatorHandle& op) {
   const c10::FunctionSchema* key = &op.schema();
   State& s = state();
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    auto found = s.plans.find(key);
+    if (found != s.plans.end()) return found->second;
+  }
+  Plan plan;
+  {
+    py::gil_scoped_acquire gil;  // before the mutex, never inside it: a thread holding the GIL may want the mutex
+    plan = build_plan(*key);
+  }
   std::lock_guard<std::mutex> lock(s.mutex);
   auto found = s.plans.find(key);
-  if (found != s.plans.end()) return found->second;
-  Plan plan = build_plan(*key);
+  if (found != s.plans.end()) return found->second;  // another thread built it meanwhile
   plan.index = static_cast<int>(s.names.size());
   s.names.emplace_back(key->name(), key->overload_name());
   return s.plans.emplace(key, std::move(plan)).first->second;

@@ -45,6 +45,7 @@ struct State {
   PyObject* on_special = nullptr;  // (op, args) -> state, before a c10d op or record_stream
   PyObject* after_special = nullptr;  // (state, outputs) -> None
   PyObject* on_error = nullptr;    // (message) -> None
+  PyObject* plan_source = nullptr;  // (qualified name, overload) -> (kind, arg roles, return roles): op_table.py
   // Call sites (GIL held for all of these): see capture_site.
   PyObject* classify_code = nullptr;  // (code) -> bool: lies in torch or streamcheck (sites.SiteTable._classify)
   PyObject* intern_site = nullptr;    // ([(code, lasti), ...]) -> site id (sites.SiteTable.intern_chain)

@@ -93,6 +93,30 @@ def test_metadata_only_ops_and_views_make_no_call(module, calls):
     assert calls == []
 
 
+def test_metadata_only_arguments_are_not_reads(module, calls):
+    """Scenario 33 on the hook: view_as / expand_as / reshape_as / type_as's other, *_like and new_* inputs, queries
+    and `x.data = y` read no data of the tensor that only lends its shape."""
+    x, y, z, row = torch.ones(4, 4), torch.ones(16), torch.zeros(4, 4), torch.ones(1, 4)
+    calls.clear()
+    y.view_as(z)
+    row.expand_as(z)
+    y.reshape_as(z)
+    x.type_as(z)  # same dtype: x itself comes back
+    x.to(z)
+    z.size(), z.stride(), z.dim(), z.is_floating_point(), z.is_contiguous()
+    x.data = y.data.view_as(z)
+    assert calls == []
+    like = torch.empty_like(z)
+    new = z.new_zeros(3)
+    assert [(c[0], c[3], c[4]) for c in calls] == [("aten::empty_like", [], []), ("aten::new_zeros", [], [])]
+    assert [c[5] for c in calls] == [[(base_of(like), 0, 64, 64, True)], [(base_of(new), 0, 12, 12, True)]]
+    calls.clear()
+    x.double().type_as(z)  # a real conversion: reads its self, writes a new tensor; z only lends its dtype
+    _, _, _, reads, _, fresh = calls[-1]
+    assert (calls[-1][0], len(reads), len(fresh)) == ("aten::type_as", 1, 1)
+    assert base_of(z) not in [r[0] for r in reads]
+
+
 def test_composite_op_is_seen_once_before_it_decomposes(module, calls):
     linear = torch.nn.Linear(4, 3)
     x = torch.ones(2, 4)
@@ -323,40 +347,38 @@ def test_cpp_plans_read_every_aten_schema_as_dispatch_py_does(module):
     kinds = {SKIP: "skip", ACCESS: "access", COLLECTIVE: "python", RECORD_STREAM: "python"}
     compared = 0
     disagreements = []
-    for namespace in ("aten", "c10d"):
-        packet_names = [name for name in dir(getattr(torch.ops, namespace)) if not name.startswith("__")]
-        for packet_name in packet_names:
-            try:
-                packet = getattr(getattr(torch.ops, namespace), packet_name)
-                overloads = packet.overloads()
-            except (AttributeError, RuntimeError):
-                continue
-            for overload in overloads:
-                func = getattr(packet, overload)
-                schema = func._schema
-                cpp = module.plan_of(schema.name, schema.overload_name)
-                if cpp is None:
-                    continue
-                plan = build_plan(func)
-                cpp_kind, cpp_reads, cpp_writes, cpp_fresh, cpp_views = cpp
-                py_reads = [position for position, _ in plan.reads]
-                py_writes = [position for position, _ in plan.writes]
-                kwarg_only = [i for i, arg in enumerate(schema.arguments) if arg.kwarg_only]
-                # dispatch.py names keyword-only arguments by name (position -1); C++ sees every argument by position
-                cpp_reads = [-1 if i in kwarg_only else i for i in cpp_reads]
-                cpp_writes = [-1 if i in kwarg_only else i for i in cpp_writes]
-                expected_kind = kinds[plan.kind]
-                if cpp_kind == "access" and expected_kind == "skip" and cpp_views and not cpp_fresh:
-                    expected_kind = "access"  # C++ also watches aliasing returns (a copy behind reshape)
-                if plan.kind != ACCESS:
-                    agree = cpp_kind == expected_kind
-                else:
-                    agree = (cpp_kind, cpp_reads, cpp_writes, cpp_fresh) == (
-                        "access", py_reads, py_writes, list(plan.fresh_returns))
-                compared += 1
-                if not agree:
-                    disagreements.append((schema.name, schema.overload_name, cpp, plan))
-    assert compared > 1500
+    for schema in torch._C._jit_get_all_schemas():  # every registered overload, loaded or not
+        namespace, _, packet_name = schema.name.partition("::")
+        if namespace not in ("aten", "c10d"):
+            continue
+        try:
+            packet = getattr(getattr(torch.ops, namespace), packet_name)
+            func = getattr(packet, schema.overload_name or "default")
+        except (AttributeError, RuntimeError):
+            continue  # TorchScript-only schemas (list and dict ops) are no OpOverloads
+        cpp = module.plan_of(schema.name, schema.overload_name)
+        if cpp is None:
+            continue
+        plan = build_plan(func)
+        cpp_kind, cpp_reads, cpp_writes, cpp_fresh, cpp_views = cpp
+        py_reads = [position for position, _ in plan.reads]
+        py_writes = [position for position, _ in plan.writes]
+        kwarg_only = [i for i, arg in enumerate(schema.arguments) if arg.kwarg_only]
+        # dispatch.py names keyword-only arguments by name (position -1); C++ sees every argument by position
+        cpp_reads = [-1 if i in kwarg_only else i for i in cpp_reads]
+        cpp_writes = [-1 if i in kwarg_only else i for i in cpp_writes]
+        expected_kind = kinds[plan.kind]
+        if cpp_kind == "access" and expected_kind == "skip" and cpp_views and not cpp_fresh:
+            expected_kind = "access"  # C++ also watches aliasing returns (a copy behind reshape)
+        if plan.kind != ACCESS:
+            agree = cpp_kind == expected_kind
+        else:
+            agree = (cpp_kind, cpp_reads, cpp_writes, cpp_fresh) == (
+                "access", py_reads, py_writes, list(plan.fresh_returns))
+        compared += 1
+        if not agree:
+            disagreements.append((schema.name, schema.overload_name, cpp, plan))
+    assert compared > 3000
     assert disagreements == []
 
 
