@@ -41,6 +41,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE instead of stdout")
     parser.add_argument("--exit-zero", action="store_true", help="exit 0 even when there are findings")
     parser.add_argument("--config", metavar="FILE", help="read [tool.streamcheck] from FILE, not the nearest pyproject")
+    fixing = parser.add_argument_group("fixes (each inserts the missing wait, record_stream or synchronize)")
+    fixing.add_argument("--fix", action="store_true", help="apply the safe fixes, then report what is left")
+    fixing.add_argument("--diff", action="store_true",
+                        help="print the fixes as a unified diff instead of applying them (exit 1 if there are any)")
+    fixing.add_argument("--unsafe-fixes", action="store_true",
+                        help="also apply fixes that change performance (a host synchronize: SC102, SC103)")
 
     rules = parser.add_argument_group("what to report (override [tool.streamcheck])")
     rules.add_argument("--select", action="append", metavar="CODES", help="rule ids or prefixes, comma-separated")
@@ -81,7 +87,6 @@ def run(args: argparse.Namespace) -> int:
 
     from streamcheck.baseline import BaselineError, read_baseline, write_baseline
     from streamcheck.config import ConfigError, check_rule_codes, load_config, parse_per_file_ignores, split_csv
-    from streamcheck.sources import MissingPath
 
     try:
         if args.jobs is not None and args.jobs < 1:
@@ -115,9 +120,41 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"streamcheck scan: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    scan_once = lambda: _scan(args, config, backend, baseline)  # noqa: E731
+    result = scan_once()
+    if isinstance(result, int):
+        return result
+    if args.fix or args.diff:
+        result = _fix(args, result, scan_once)
+        if isinstance(result, int):
+            return result
+
+    for reason in result.skipped:
+        print(f"streamcheck: skipped {reason}", file=sys.stderr)
+
+    try:
+        if args.write_baseline:
+            count = write_baseline(args.write_baseline, result.findings)
+            print(f"streamcheck: wrote {count} finding{'s' if count != 1 else ''} to {args.write_baseline}",
+                  file=sys.stderr)
+            return EXIT_CLEAN
+        _write(args, result, backend)
+    except OSError as exc:
+        print(f"streamcheck scan: cannot write {exc.filename or 'the report'}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_ERROR
+    if result.findings and not args.exit_zero:
+        return EXIT_FINDINGS
+    return EXIT_CLEAN
+
+
+def _scan(args: argparse.Namespace, config, backend, baseline):
+    """One scan: its ScanResult, or the exit code of a failure (already reported)."""
+    from streamcheck import scanning
+    from streamcheck.sources import MissingPath
+
     progress = None if args.no_progress else _Progress.maybe(sys.stderr)
     try:
-        result = scanning.scan(
+        return scanning.scan(
             args.paths,
             config,
             backend=backend,
@@ -141,22 +178,43 @@ def run(args: argparse.Namespace) -> int:
         if progress:
             progress.close()
 
-    for reason in result.skipped:
-        print(f"streamcheck: skipped {reason}", file=sys.stderr)
 
-    try:
-        if args.write_baseline:
-            count = write_baseline(args.write_baseline, result.findings)
-            print(f"streamcheck: wrote {count} finding{'s' if count != 1 else ''} to {args.write_baseline}",
-                  file=sys.stderr)
-            return EXIT_CLEAN
-        _write(args, result, backend)
-    except OSError as exc:
-        print(f"streamcheck scan: cannot write {exc.filename or 'the report'}: {exc.strerror or exc}", file=sys.stderr)
-        return EXIT_ERROR
-    if result.findings and not args.exit_zero:
-        return EXIT_FINDINGS
-    return EXIT_CLEAN
+# A fix can make the next finding of a file reachable (two races on one tensor): a few rounds, never forever.
+_FIX_ROUNDS = 4
+
+
+def _fix(args: argparse.Namespace, result, scan_once):
+    """--diff: print what --fix would change and return the exit code. --fix: apply, rescan, return what is left."""
+    from streamcheck.fix_files import fix_findings, plural
+
+    if args.diff:
+        outcome = fix_findings(result.findings, args.unsafe_fixes, write=False)
+        sys.stdout.write("".join(outcome.diffs))
+        print(f"streamcheck: would fix {plural(len(outcome.applied), 'finding')} in "
+              f"{plural(len(outcome.files), 'file')}{_unsafe_hint(outcome.unsafe_left)}", file=sys.stderr)
+        return EXIT_FINDINGS if outcome.applied else EXIT_CLEAN
+    fixed, files, unsafe_left = 0, set(), 0
+    for _ in range(_FIX_ROUNDS):
+        outcome = fix_findings(result.findings, args.unsafe_fixes, write=True)
+        for error in outcome.errors:
+            print(f"streamcheck scan: {error}", file=sys.stderr)
+        unsafe_left = outcome.unsafe_left
+        if not outcome.applied:
+            break
+        fixed += len(outcome.applied)
+        files.update(outcome.files)
+        result = scan_once()
+        if isinstance(result, int):
+            return result
+    print(f"streamcheck: fixed {plural(fixed, 'finding')} in {plural(len(files), 'file')}, "
+          f"{len(result.findings)} left{_unsafe_hint(unsafe_left)}", file=sys.stderr)
+    return result
+
+
+def _unsafe_hint(count: int) -> str:
+    if not count:
+        return ""
+    return f"; {count} more with --unsafe-fixes (they block the host: a performance change)"
 
 
 def runtime_rule_ids() -> list[str]:

@@ -1,0 +1,146 @@
+"""`scan --fix`, `--diff`, `--unsafe-fixes`: every racy example with a static finding is fixed by one inserted line,
+the fixed file scans clean, a second --fix changes nothing, and the fixed twin is left as it is."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from streamcheck.cli import main
+from streamcheck.findings import ROLE_STREAM_CONTEXT, ROLE_WRITE, Finding, Location
+from streamcheck.fixes import apply_fixes, derive_fix
+
+ROOT = Path(__file__).resolve().parents[2]
+UNSAFE_HINT = "; {} more with --unsafe-fixes (they block the host: a performance change)"
+
+# example -> (line of the inserted statement in the fixed file, the statement with its indentation, safe)
+EXPECTED = {
+    "async_collective": (17, "    work.wait()", True),
+    "backward_hook_hpz": (18, "        side.wait_stream(torch.cuda.current_stream())", True),
+    "free_without_record_stream": (16, "    t1.record_stream(side)", True),
+    "host_read_after_d2h": (13, "    torch.cuda.current_stream().synchronize()", False),
+    "pinned_overwrite_h2d": (10, "    torch.cuda.current_stream().synchronize()", False),
+    "hpz_race": (55, "        self.allgather_stream.wait_stream(torch.cuda.current_stream())", True),
+}
+# Racy examples the static rules do not report (their races are runtime-only shapes): nothing to fix statically.
+RUNTIME_ONLY = ("user_threads", "views_offset")
+
+
+def scan(capsys, *args):
+    code = main(["scan", "--no-progress", "--no-cache", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def copy_of(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+
+    def copy(example: str) -> Path:
+        shutil.copytree(ROOT / "examples" / example, tmp_path / example)
+        return tmp_path / example
+
+    return copy
+
+
+def test_every_racy_example_is_covered():
+    racy = sorted(p.parent.name for p in (ROOT / "examples").glob("*/racy.py"))
+    assert racy == sorted([*EXPECTED, *RUNTIME_ONLY])
+
+
+@pytest.mark.parametrize("example", sorted(EXPECTED))
+def test_fix_makes_each_racy_example_scan_clean(copy_of, capsys, example):
+    folder = copy_of(example)
+    racy, fixed = folder / "racy.py", folder / "fixed.py"
+    before = racy.read_text(encoding="utf-8").splitlines()
+    line, statement, safe = EXPECTED[example]
+    assert scan(capsys, f"{example}/racy.py")[0] == 1
+
+    args = ["--fix"] if safe else ["--fix", "--unsafe-fixes"]
+    assert scan(capsys, *args, example) == (
+        0, "No findings in 2 files.\n", "streamcheck: fixed 1 finding in 1 file, 0 left\n")
+    after = racy.read_text(encoding="utf-8").splitlines()
+    assert after[line - 1] == statement
+    assert after[:line - 1] + after[line:] == before  # one line inserted, nothing else touched
+    assert fixed.read_bytes() == (ROOT / "examples" / example / "fixed.py").read_bytes()
+
+    # Idempotent: the fixed file has no finding, so a second --fix changes nothing.
+    assert scan(capsys, *args, example) == (
+        0, "No findings in 2 files.\n", "streamcheck: fixed 0 findings in 0 files, 0 left\n")
+    assert racy.read_text(encoding="utf-8").splitlines() == after
+
+
+@pytest.mark.parametrize("example", ["host_read_after_d2h", "pinned_overwrite_h2d"])
+def test_host_synchronize_fixes_need_unsafe_fixes(copy_of, capsys, example):
+    folder = copy_of(example)
+    original = (folder / "racy.py").read_bytes()
+    code, out, err = scan(capsys, "--fix", example)
+    assert code == 1
+    assert err == "streamcheck: fixed 0 findings in 0 files, 1 left" + UNSAFE_HINT.format(1) + "\n"
+    assert (folder / "racy.py").read_bytes() == original
+    assert scan(capsys, "--diff", example) == (
+        0, "", "streamcheck: would fix 0 findings in 0 files" + UNSAFE_HINT.format(1) + "\n")
+
+
+def test_diff_prints_the_fix_and_changes_nothing(copy_of, capsys):
+    folder = copy_of("free_without_record_stream")
+    original = (folder / "racy.py").read_bytes()
+    assert scan(capsys, "--diff", "free_without_record_stream/racy.py") == (1, (
+        "--- a/free_without_record_stream/racy.py\n"
+        "+++ b/free_without_record_stream/racy.py\n"
+        "@@ -13,6 +13,7 @@\n"
+        "     side.wait_stream(torch.cuda.current_stream())\n"
+        "     with torch.cuda.stream(side):\n"
+        "         total = t1.sum()  # streamcheck: earlier\n"
+        "+    t1.record_stream(side)\n"
+        "     del t1  # streamcheck: race (freed while the side stream may still read it)\n"
+        "     reused = torch.zeros(1 << 20, device=\"cuda\")\n"
+        "     torch.cuda.synchronize()\n"),
+        "streamcheck: would fix 1 finding in 1 file\n")
+    assert (folder / "racy.py").read_bytes() == original
+
+
+def _sc101(path="m.py", line=5, reader="self.side", writer=""):
+    return Finding(
+        rule="SC101", message="m", kind="RAW", primary=Location(path, 2, 5, role=ROLE_WRITE),
+        related=(Location(path, line, 14, role=ROLE_STREAM_CONTEXT),),
+        extra={"path": "x", "writer_stream": writer, "reader_stream": reader})
+
+
+SOURCE = (b"import torch\r\n\r\n"
+          b"def f(self):\r\n"
+          b"    x.copy_(y)   # the write, oddly spaced\r\n"
+          b"    # prefetch on the side stream\r\n"
+          b"    with torch.cuda.stream(self.side):  # keep me\r\n"
+          b"        use(x)\r\n")
+
+
+def test_the_edit_keeps_comments_spacing_and_newlines():
+    fix = derive_fix(_sc101(line=6))
+    assert (fix.path, fix.line, fix.statement, fix.safe) == (
+        "m.py", 6, "self.side.wait_stream(torch.cuda.current_stream())", True)
+    after, applied = apply_fixes(SOURCE, [fix, fix])  # the same fix twice: inserted once
+    assert applied == [fix]
+    assert after == SOURCE.replace(b"    with", b"    self.side.wait_stream(torch.cuda.current_stream())\r\n    with")
+    assert apply_fixes(after, [derive_fix(_sc101(line=7))]) == (after, [])  # already there
+
+
+def test_no_fix_where_the_fields_do_not_determine_one():
+    assert derive_fix(_sc101(writer="self.copy_stream")) is None  # the writer's stream may not be in scope
+    assert derive_fix(_sc101(reader="torch.cuda.Stream()")) is None  # not a name the code can use
+    no_context = Finding(rule="SC101", message="m", primary=Location("m.py", 2, 5),
+                         extra={"writer_stream": "", "reader_stream": "s"})
+    assert derive_fix(no_context) is None
+    # The statement names torch: a module without `import torch` gets no edit.
+    assert apply_fixes(SOURCE.replace(b"import torch", b"import numpy"), [derive_fix(_sc101(line=6))])[1] == []
+
+
+def test_a_rule_can_hand_over_its_own_edit():
+    finding = Finding(rule="SC104", message="m", primary=Location("m.py", 7, 9), extra={
+        "fix_edit": {"path": "m.py", "line": 7, "insert": "x.record_stream(self.side)", "safe": True,
+                     "description": "record x on the side stream"}})
+    fix = derive_fix(finding)
+    after, _ = apply_fixes(SOURCE, [fix])
+    assert after.splitlines()[6:8] == [b"        x.record_stream(self.side)", b"        use(x)"]
