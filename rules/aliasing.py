@@ -1,7 +1,8 @@
 """Which accesses may touch the same tensor, judged from their access paths alone (no values are tracked).
 
 Two accesses share a key when they
-- name the same attribute path of `self` within one class family (`self.buf` in a class and its subclasses),
+- name the same attribute path of `self` owned by the same class (the topmost class that assigns it: `self.buf`
+  in a class and its subclasses, but not in a sibling that assigns its own),
 - name the same local path in the same function (`x`, `p.grad` with the same local `p`), a plain name counting as
   the enclosing function's (or the module's) where it is bound there (closures, globals), or
 - end in the same attribute name that is specific enough to identify a tensor (`param.ds_secondary_tensor` and
@@ -27,17 +28,25 @@ def access_keys(program: Program, function: Function, access: Access) -> set[tup
     if parts[-1] not in program.options.all_generic_attributes:
         keys.add(("attr", program.component(function.file), parts[-1]))
     if parts[0] in ("self", "cls"):
-        keys.add(("self", program.family_root(function.file.path, function.owner), ".".join(parts[1:])))
+        owner = program.attr_owner(function.file.path, function.owner, parts[1])
+        keys.add(("self", owner, ".".join(parts[1:])))
     else:
         keys.add(("local", function.id, access.path))
     return keys
 
 
+def same_element(first: Access, second: Access) -> bool:
+    """Whether two accesses under one key may touch the same tensor: the same index text, or one of them the whole
+    container (`bufs[cur]` and `bufs[1 - cur]` are the two halves of a double buffer)."""
+    return not first.index or not second.index or first.index == second.index
+
+
 def accesses_by_key(program: Program, kind: str) -> AccessIndex:
-    """All accesses of one kind ("read" / "write") under each of their keys (built once per program)."""
+    """All accesses of one kind ("read" / "write") under each of their keys (built once per program), those the
+    functions make through their callees' parameters included (summaries.bound_accesses)."""
     def build() -> AccessIndex:
         index: AccessIndex = {}
-        for function, access in program.accesses():
+        for function, access in program.all_accesses():
             if access.kind == kind:
                 for key in access_keys(program, function, access):
                     index.setdefault(key, []).append((function, access))

@@ -36,6 +36,12 @@ NEVER_BY_NAME = frozenset({
 })
 
 
+BUILTIN_TYPES = frozenset({
+    "dict", "list", "tuple", "set", "frozenset", "str", "bytes", "int", "float", "bool", "object", "type", "range",
+    "collections", "os", "sys", "math", "itertools", "functools", "operator", "json", "re", "copy", "logging",
+})
+
+
 @dataclass(frozen=True, eq=False)  # one object per function: identity is equality
 class Function:
     id: str  # "<path>::<qualname>"
@@ -69,6 +75,8 @@ class CallGraph:
         self._root_memo: dict[tuple[str, str], str] = {}
         self._visible_memo: dict[str, set[str]] = {}
         self._attr_functions: dict[str, list[str]] = {}
+        self._owner_memo: dict[tuple[str, str, str], str] = {}
+        self._assigned_memo: dict[tuple[str, str], set[str]] = {}
         self._index()
         self.graph = nx.MultiDiGraph()
         self.graph.add_nodes_from(self.functions)
@@ -247,6 +255,34 @@ class CallGraph:
             current = bases[0]
             seen.add(current)
 
+    def attr_owner(self, path: str, cls: str | None, attr: str) -> str:
+        """The class that owns `self.<attr>` as seen from class `cls`: the topmost of its known bases (itself
+        included) whose methods assign the attribute; the family root when none does (set from outside)."""
+        if cls is None:
+            return ""
+        key = (path, cls, attr)
+        if key not in self._owner_memo:
+            chain = [(path, cls)]
+            seen = set(chain)
+            for current in chain:  # grows while walking: breadth first up the bases
+                for base in self._classes.get(current, ()):
+                    for resolved in self._resolve_class(self._file(current[0]), base):
+                        if resolved not in seen:
+                            seen.add(resolved)
+                            chain.append(resolved)
+            owners = [c for c in chain if attr in self._assigned_attrs(c)]
+            self._owner_memo[key] = f"{owners[-1][0]}::{owners[-1][1]}" if owners else self.family_root(path, cls)
+        return self._owner_memo[key]
+
+    def _assigned_attrs(self, cls: tuple[str, str]) -> set[str]:
+        found = self._assigned_memo.get(cls)
+        if found is None:
+            found = set()
+            for fid in self._methods.get(cls, {}).values():
+                found.update(self.functions[fid].facts.self_assigns)
+            self._assigned_memo[cls] = found
+        return found
+
     def _methods_in_family(self, cls: tuple[str, str], name: str) -> list[str]:
         return [m[name] for c in self._family(cls) if name in (m := self._methods.get(c, {}))]
 
@@ -261,7 +297,9 @@ class CallGraph:
             found = self._methods_in_family((file.path, function.owner), parts[1])
             if found:
                 return [(fid, True) for fid in found]
-            return self._by_name(file, parts[1])
+            # Not a method of the class family: a function stored on the instance, or a method of a base outside
+            # the scanned tree. Only functions stored in an attribute of that name can be meant.
+            return self._held_functions(file, parts[1])
         if parts[0] == "super()" and len(parts) == 2 and function.owner:
             bases = self._family((file.path, function.owner))[1:]
             return [(m[parts[1]], True) for c in bases if parts[1] in (m := self._methods.get(c, {}))]
@@ -271,7 +309,14 @@ class CallGraph:
                 return [(fid, True) for fid in found]
             if len(parts) == 1 or parts[0] in file.imports:
                 return []  # a builtin or a library function outside the scanned tree
+        if parts[0] in BUILTIN_TYPES:
+            return []  # `dict.fromkeys(...)`, `str.join(...)`: a builtin's method, never a scanned one
         return self._by_name(file, parts[-1]) if len(parts) > 1 else []
+
+    def _held_functions(self, file: FileFacts, name: str) -> list[tuple[str, bool]]:
+        visible = self._visible_components(file)
+        return [(fid, False) for fid in dict.fromkeys(self._attr_functions.get(name, ()))
+                if self.component(self.functions[fid].file) in visible]
 
     def _by_name(self, file: FileFacts, name: str) -> list[tuple[str, bool]]:
         if not name.isidentifier() or name in NEVER_BY_NAME:

@@ -15,6 +15,7 @@ from .facts import (
     Sync, module_name,
 )
 from .options import StaticOptions, matches_name
+from .torch_api import INIT_FUNCTIONS, TENSOR_INPLACE_METHODS, TENSOR_METHODS
 
 # Methods that return a view of (or the same) storage: a write through them writes the base tensor.
 VIEW_METHODS = frozenset({
@@ -105,10 +106,6 @@ def access_path(node: ast.AST) -> str | None:
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in VIEW_METHODS:
         return access_path(node.func.value)
     return None
-
-
-def _is_inplace(method: str) -> bool:
-    return method.endswith("_") and not method.startswith("_") and method not in NOT_DATA_WRITES
 
 
 class _FactsVisitor(ast.NodeVisitor):
@@ -319,7 +316,12 @@ class _FactsVisitor(ast.NodeVisitor):
         callee = dotted(node.func)
         func_args = tuple(
             dotted(a) for a in node.args if isinstance(a, (ast.Name, ast.Attribute)) and dotted(a) != "?")
-        self.fn.calls.append(Call(node.lineno, node.col_offset + 1, callee, self.region, self.blocks[-1], func_args))
+        args = tuple(access_path(a) or "" for a in node.args) + tuple(
+            f"{k.arg}={access_path(k.value) or ''}" for k in node.keywords if k.arg)
+        if not any(a.partition("=")[2] if "=" in a else a for a in args):
+            args = ()
+        self.fn.calls.append(
+            Call(node.lineno, node.col_offset + 1, callee, self.region, self.blocks[-1], func_args, args))
         self._keep_line(node.lineno)
         if self.detailed:
             self._call_facts(node, callee)
@@ -333,12 +335,16 @@ class _FactsVisitor(ast.NodeVisitor):
         sync_kind = self._sync_kind(node, callee, method, receiver)
         if sync_kind:
             arg = dotted(node.args[0]) if node.args else ""
-            self.fn.syncs.append(Sync(sync_kind, receiver, line, col, arg, self.region, self.blocks[-1]))
+            self.fn.syncs.append(
+                Sync(sync_kind, receiver, line, col, arg, self.region, self.blocks[-1], method or last))
         on_module = receiver.split(".", 1)[0] in self.facts.imports  # `torch.add(...)`, `dist.all_reduce(...)`
-        if method and _is_inplace(method):
+        tensor_method = bool(method) and not on_module and method in TENSOR_METHODS
+        if method and on_module:
+            if method in INIT_FUNCTIONS and node.args:  # `torch.nn.init.xavier_uniform_(w)` writes `w`
+                self._access("write", node.args[0], line, col, method)
+        elif method in TENSOR_INPLACE_METHODS:
             self._access("write", node.func.value, line, col, method)
-        elif method and not on_module and method not in METADATA_METHODS and method not in VIEW_METHODS \
-                and not sync_kind:
+        elif tensor_method and method not in METADATA_METHODS and method not in VIEW_METHODS and not sync_kind:
             self._access("read", node.func.value, line, col, method)
         for kw in node.keywords:
             if kw.arg == "out":
@@ -350,6 +356,8 @@ class _FactsVisitor(ast.NodeVisitor):
         if matches_name(callee, self.stream_names) or last in ("Stream", "Event", "current_stream"):
             return  # naming a stream or event touches no tensor
         collective = matches_name(callee, self.collectives)
+        if not (collective or tensor_method or self._is_torch_function(callee)):
+            return  # a hand-off to other code: what the callee does with it is the callee's (summaries.py)
         for arg in node.args:
             for elt in elements(arg):
                 self._access("read", elt, line, col, last, collective)
@@ -357,6 +365,12 @@ class _FactsVisitor(ast.NodeVisitor):
             if kw.arg not in (None, "out"):
                 for elt in elements(kw.value):
                     self._access("read", elt, line, col, last, collective)
+
+    def _is_torch_function(self, callee: str) -> bool:
+        """`torch.cat`, `F.linear` (F imported from torch), `cat` imported from torch: a device op on its args."""
+        head = callee.split(".", 1)[0]
+        target = self.facts.imports.get(head, "")
+        return target == "torch" or target.startswith("torch.")
 
     def _sync_kind(self, node: ast.Call, callee: str, method: str | None, receiver: str) -> str:
         last = callee.rsplit(".", 1)[-1]
@@ -372,6 +386,8 @@ class _FactsVisitor(ast.NodeVisitor):
             return "record_stream"
         if method in BLOCKING_HOST_METHODS and not any(k.arg == "non_blocking" for k in node.keywords):
             return "host_sync"
+        if method == "wait" and receiver and not receiver.split(".", 1)[0] in self.facts.imports:
+            return "wait"
         return ""
 
     def _access(self, kind: str, expr: ast.AST, line: int, col: int, op: str, collective: bool = False) -> None:
@@ -381,7 +397,7 @@ class _FactsVisitor(ast.NodeVisitor):
         if isinstance(expr, ast.AST) and hasattr(expr, "lineno"):
             line, col = expr.lineno, expr.col_offset + 1
         owner = self._owner(path) if "." not in path else ""
-        self.fn.accesses.append(Access(kind, path, line, col, op, self.region, collective, owner))
+        self.fn.accesses.append(Access(kind, path, line, col, op, self.region, collective, owner, _index_of(expr)))
         self._keep_line(line)
 
     def _owner(self, name: str) -> str:
@@ -405,6 +421,7 @@ class _FactsVisitor(ast.NodeVisitor):
 
     # --- functions held by attributes --------------------------------------------------------------------------
     def visit_Assign(self, node: ast.Assign) -> None:
+        self._note_self_assigns(node.targets)
         if self.detailed and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             values = [node.value.body, node.value.orelse] if isinstance(node.value, ast.IfExp) else [node.value]
             for value in values:
@@ -417,6 +434,19 @@ class _FactsVisitor(ast.NodeVisitor):
                     self.pending_attr_functions.append(
                         (target.attr, dotted(node.value), self._scope_name(), node.lineno))
         self.generic_visit(node)
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        self._note_self_assigns([node.target])
+        self.generic_visit(node)
+
+    def _note_self_assigns(self, targets: list[ast.AST]) -> None:
+        if self.fn.cls is None:
+            return
+        for target in targets:
+            for elt in elements(target):
+                if (isinstance(elt, ast.Attribute) and isinstance(elt.value, ast.Name) and elt.value.id == "self"
+                        and elt.attr not in self.fn.self_assigns):
+                    self.fn.self_assigns.append(elt.attr)
 
     def _resolve_attr_functions(self) -> None:
         """Keep `x.attr = name` only where `name` is a function of this file or an imported name."""
@@ -443,7 +473,22 @@ class _FactsVisitor(ast.NodeVisitor):
 def _drop_unwritten_locals(fn: FunctionFacts) -> None:
     """A plain local name only matters to the rules when the same function writes it: keep the facts small."""
     written = {a.path for a in fn.accesses if a.kind == "write" and "." not in a.path}
-    fn.accesses = [a for a in fn.accesses if "." in a.path or a.path in written or a.owner]
+    params = set(fn.params)  # what a helper does to its parameters is what its callers do (summaries.py)
+    fn.accesses = [a for a in fn.accesses if "." in a.path or a.path in written or a.owner or a.path in params]
+
+
+def _index_of(expr: ast.AST) -> str:
+    """The index text of `x[<index>]` when it picks one element by a constant or a simple expression of names
+    (`buf[1 - cur]`, `self.bufs[i]`); "" for slices, whole paths and anything else."""
+    if not isinstance(expr, ast.Subscript):
+        return ""
+    index = expr.slice
+    simple = all(isinstance(n, (ast.Constant, ast.Name, ast.Attribute, ast.BinOp, ast.UnaryOp, ast.operator,
+                                ast.unaryop, ast.Load)) for n in ast.walk(index))
+    if not simple or isinstance(index, ast.Slice):
+        return ""
+    text = ast.unparse(index)
+    return text if len(text) <= 40 else ""
 
 
 def elements(node: ast.AST) -> list[ast.AST]:

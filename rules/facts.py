@@ -51,6 +51,9 @@ class Call:
     block: tuple[int, int] = (0, 0)
     # Functions passed as arguments (`register_hook(fn)`, `wrap(dist.allgather_fn)(...)`): they may run from here.
     func_args: tuple[str, ...] = ()
+    # Access paths of the arguments ("" where an argument is no plain path), positional first, then `name=path`
+    # for keywords: a callee's accesses to its parameters are the caller's accesses to these paths.
+    args: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -65,17 +68,23 @@ class Access:
     # For a plain name that a nested function (or any function, for a module global) uses from an enclosing
     # scope: the qualname of the function that binds it (MODULE_SCOPE for globals); "" for the function's own.
     owner: str = ""
+    # The text of a last subscript that picks one element (`buf[1 - cur]` -> "1 - cur"); "" for the whole path.
+    # Accesses with different index texts are taken as different tensors (double buffers).
+    index: str = ""
 
 
 @dataclass(frozen=True)
 class Sync:
-    kind: str  # "wait_stream" | "wait_event" | "synchronize" | "host_sync" | "record" | "record_stream"
+    # "wait_stream" | "wait_event" | "synchronize" | "host_sync" | "record" | "record_stream" | "wait" (`x.wait()` on
+    # something not named an event: a work handle, a future, or an event the engine recognises by its records)
+    kind: str
     receiver: str  # dotted text of the object the method is called on ("" for plain functions)
     line: int
     column: int
     arg: str = ""
     region: int = NO_REGION
     block: tuple[int, int] = (0, 0)  # as for Call
+    method: str = ""  # the method called: `wait` of an event vs `wait_event` of a stream, `wait` of a work
 
 
 @dataclass(frozen=True)
@@ -170,6 +179,9 @@ class FunctionFacts:
     # and `stream.wait_stream(...)` can be tied to the stream they name.
     stream_aliases: dict[str, list[str]] = field(default_factory=dict)
     params: list[str] = field(default_factory=list)  # parameter names, in order
+    # Attributes this method assigns on `self` (`self.buf = ...`): the class that first assigns an attribute owns
+    # it, so sibling classes that each assign their own `self.buf` hold different tensors.
+    self_assigns: list[str] = field(default_factory=list)
     # Hazard facts (extract_hazards.py): only for names and paths that a hazard rule can care about.
     uses: list[Use] = field(default_factory=list)
     placements: list[Placement] = field(default_factory=list)
@@ -195,6 +207,7 @@ class FunctionFacts:
         kwargs = {k: data[k] for k in ("qualname", "name", "cls", "line", "end_line")}
         kwargs["stream_aliases"] = {k: list(v) for k, v in data.get("stream_aliases", {}).items()}
         kwargs["params"] = list(data.get("params", ()))
+        kwargs["self_assigns"] = list(data.get("self_assigns", ()))
         kwargs["branches"] = [tuple(b) for b in data.get("branches", ())]
         for key, kind in cls._parts.items():
             kwargs[key] = [_build(kind, item) for item in data.get(key, ())]

@@ -10,14 +10,16 @@ wherever that class uses it.
 from __future__ import annotations
 
 from collections import deque
+
+import networkx as nx
 from functools import cached_property
 from typing import Any, Callable, Iterator
 
 from .callgraph import CallGraph, Edge, Function
 from .facts import NO_REGION, Access, Call, FileFacts, Region
 from .options import StaticOptions
-
-CURRENT_STREAM = ""
+from .streams import CURRENT_STREAM, stream_id
+from .summaries import bound_accesses, performed
 
 __all__ = ["CURRENT_STREAM", "ORDERING_SYNCS", "Edge", "Function", "Program"]
 
@@ -27,7 +29,7 @@ class Program(CallGraph):
 
     def __init__(self, files: list[FileFacts], options: StaticOptions) -> None:
         super().__init__(files, options)
-        self._wait_memo: dict[str, bool] = {}
+        self._reach_memo: dict[str, frozenset[str]] = {}
         self._memo: dict[str, Any] = {}
 
     def memo(self, key: str, build: Callable[[], Any]) -> Any:
@@ -37,16 +39,37 @@ class Program(CallGraph):
         return self._memo[key]
 
     def stream_id(self, function: Function, stream: Region | str) -> str:
-        """A stream's identity: its text (a local alias replaced by what it was bound to), qualified by the class
-        family when it is an attribute of `self`."""
-        text = stream.stream if isinstance(stream, Region) else stream
-        aliases = function.facts.stream_aliases.get(text)
-        if aliases:
-            named = [a for a in aliases if not a.endswith("current_stream()") and a != "None"]
-            text = named[0] if named else CURRENT_STREAM
-        if text.startswith(("self.", "cls.")):
-            return f"{text}@{self.family_root(function.file.path, function.owner)}"
-        return text
+        """A stream's identity (see streams.py)."""
+        return stream_id(self, function, stream)
+
+    def exact_edges_of(self, fid: str) -> Iterator[tuple[Call, list[Edge]]]:
+        """Calls of `fid` with their exactly resolved edges only (imports, self, super: no guess by name)."""
+        for call, edges in self.calls_of(fid):
+            exact = [e for e in edges if e.exact]
+            if exact:
+                yield call, exact
+
+    def all_edges_of(self, fid: str) -> Iterator[tuple[Call, list[Edge]]]:
+        return self.calls_of(fid)
+
+    def reaches(self, fid: str, targets: frozenset[str]) -> bool:
+        """Whether calling `fid` may run one of `targets` (itself or through calls)."""
+        if fid in targets:
+            return True
+        reached = self._reach_memo.get(fid)
+        if reached is None:
+            reached = self._reach_memo[fid] = frozenset(nx.descendants(self.graph, fid))
+        return not reached.isdisjoint(targets)
+
+    @cached_property
+    def call_sites(self) -> dict[str, list[tuple[Function, Call]]]:
+        """Function id -> (caller, call) of every resolved call of it."""
+        sites: dict[str, list[tuple[Function, Call]]] = {}
+        for caller in self.functions.values():
+            for call, edges in self.calls_of(caller.id):
+                for edge in edges:
+                    sites.setdefault(edge.callee, []).append((caller, call))
+        return sites
 
     @cached_property
     def runs_on_current_stream(self) -> frozenset[str]:
@@ -70,15 +93,23 @@ class Program(CallGraph):
         return frozenset(seen | rest)
 
     @cached_property
+    def _region_chains(self) -> dict[str, list[tuple[Function, int, tuple[Edge, ...]]]]:
+        chains: dict[str, list[tuple[Function, int, tuple[Edge, ...]]]] = {}
+        for function in self.functions.values():
+            for index in range(len(function.facts.regions)):
+                for fid, chain in self.walk_region(function.id, index):
+                    chains.setdefault(fid, []).append((function, index, chain))
+        return chains
+
+    def region_chains(self, fid: str) -> list[tuple[Function, int, tuple[Edge, ...]]]:
+        """(function, region index, shortest call chain) of every region whose calls reach `fid`."""
+        return self._region_chains.get(fid, [])
+
+    @cached_property
     def reached_from_region_any(self) -> dict[str, set[str]]:
         """Function id -> stream ids of regions whose calls reach it (ignoring waits)."""
-        result: dict[str, set[str]] = {}
-        for function in self.functions.values():
-            for index, region in enumerate(function.facts.regions):
-                stream = self.stream_id(function, region)
-                for fid, _chain in self.walk_region(function.id, index):
-                    result.setdefault(fid, set()).add(stream)
-        return result
+        return {fid: {self.stream_id(fn, fn.facts.regions[index]) for fn, index, _ in chains}
+                for fid, chains in self._region_chains.items()}
 
     def streams_of(self, fid: str) -> set[str]:
         """Every stream the body of `fid` (outside its own regions) can run on."""
@@ -118,24 +149,22 @@ class Program(CallGraph):
                         queue.append((edge.callee, chain + (edge,)))
 
     def performs_wait(self, fid: str) -> bool:
-        """Whether calling `fid` orders the calling stream or host (a wait or sync in it or an exact callee)."""
-        memo = self._wait_memo
-        if fid in memo:
-            return memo[fid]
-        memo[fid] = False  # cycles: assume no wait until proven
-        function = self.functions[fid]
-        found = any(s.kind in ORDERING_SYNCS for s in function.facts.syncs)
-        if not found:
-            for _call, edges in self.calls_of(fid):
-                if any(e.exact and self.performs_wait(e.callee) for e in edges):
-                    found = True
-                    break
-        memo[fid] = found
-        return found
+        """Whether calling `fid` orders the calling stream or host (a wait or sync in it or in a callee)."""
+        return bool(performed(self, fid))
 
     def accesses(self) -> Iterator[tuple[Function, Access]]:
         for function in self.functions.values():
             for access in function.facts.accesses:
+                yield function, access
+
+    def accesses_in(self, function: Function) -> list[Access]:
+        """The function's own accesses and those its calls make through the callees' parameters, in source order."""
+        return self.memo(("accesses_in", function.id), lambda: sorted(
+            function.facts.accesses + bound_accesses(self, function), key=lambda a: (a.line, a.column)))
+
+    def all_accesses(self) -> Iterator[tuple[Function, Access]]:
+        for function in self.functions.values():
+            for access in self.accesses_in(function):
                 yield function, access
 
 

@@ -109,9 +109,14 @@ def test_writes_strip_views_and_data_and_see_out(facts):
 def test_reads_skip_metadata_and_none_checks(facts):
     release = _fn(facts, "Store.release")
     reads = sorted({(a.path, a.line) for a in release.accesses if a.kind == "read"})
-    # `src` is a local the function never writes: kept out of the facts; `.numel()`, `.shape`, `is None` and the
-    # modules `torch` / `torch.cuda` are no reads.
-    assert reads == [("self.scale_tensor", line_of(SOURCE, "y = src *"))]
+    # `src` is a parameter: kept, as callers read their argument where the function reads it (summaries.py);
+    # `.numel()`, `.shape`, `is None` and the modules `torch` / `torch.cuda` are no reads.
+    assert reads == [
+        ("self.scale_tensor", line_of(SOURCE, "y = src *")),
+        ("src", line_of(SOURCE, ".copy_(src.view(-1))")),
+        ("src", line_of(SOURCE, "torch.add(src, 1")),
+        ("src", line_of(SOURCE, "y = src *")),
+    ]
 
 
 def test_reads_in_regions_and_collectives(facts):

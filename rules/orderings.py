@@ -1,0 +1,150 @@
+"""Orderings as happens-before edges with their targets: who waits (a stream, or the host) for whom.
+
+| source                                   | waiter                      | target                              |
+|------------------------------------------|-----------------------------|-------------------------------------|
+| `a.wait_stream(b)`                       | stream a                    | stream b                            |
+| `s.wait_event(e)`, `e.wait(s)`, `e.wait()` | s (the site's stream)     | the streams `e` is recorded on      |
+| `s.synchronize()`                        | the host                    | stream s                            |
+| `e.synchronize()`                        | the host                    | the streams `e` is recorded on      |
+| `torch.cuda.synchronize()`, configured   | the host                    | every stream                        |
+| `.item()`, `.tolist()`, `.cpu()`         | the host                    | the site's stream                   |
+| `work.wait()` (a handle, not an event)   | the site's stream           | every stream (the collective's end) |
+
+A target the source does not pin down (an event recorded nowhere in the scan, a stream the engine cannot name)
+orders everything: the lint reports what nothing orders, so that what it reports is real. The waiter of a host
+wait is `HOST`: every launch the host makes afterwards, on any stream, follows the target's earlier work.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .facts import NO_REGION, Sync
+from .streams import CURRENT_STREAM, HOST, UNKNOWN, names_current, names_default, stream_id
+
+if TYPE_CHECKING:
+    from .callgraph import Function
+    from .program import Program
+
+ANY_STREAM = "*"
+EVENT = "event:"  # prefix of an event's identity as an ordering's target
+
+
+@dataclass(frozen=True)
+class Ordering:
+    kind: str  # the Sync kind it comes from
+    waiter: str  # a stream id, or HOST
+    target: str  # a stream id, ANY_STREAM, or EVENT + the event's identity
+    line: int
+    column: int
+    region: int = NO_REGION
+
+
+def site_stream(program: "Program", function: "Function", region: int) -> str:
+    """The stream code at a site runs on, relative to the function: its innermost region's, else the current."""
+    if region == NO_REGION:
+        return CURRENT_STREAM
+    return stream_id(program, function, function.facts.regions[region])
+
+
+def event_id(program: "Program", function: "Function", text: str) -> str:
+    """An event's identity: a `self.` path per owning class, any other path per function."""
+    if text.startswith("self."):
+        attr = text.split(".")[1].split("[", 1)[0]
+        return f"{text.split('[', 1)[0]}@{program.attr_owner(function.file.path, function.owner, attr)}"
+    return f"{function.id}::{text.split('[', 1)[0]}"
+
+
+def orderings_of(program: "Program", function: "Function") -> list[Ordering]:
+    """The orderings `function` performs itself, in source order."""
+    return program.memo(("orderings", function.id), lambda: _orderings(program, function))
+
+
+def _orderings(program: "Program", function: "Function") -> list[Ordering]:
+    found = []
+    for sync in function.facts.syncs:
+        ordering = _ordering(program, function, sync)
+        if ordering is not None:
+            found.append(ordering)
+    return found
+
+
+def _ordering(program: "Program", function: "Function", sync: Sync) -> Ordering | None:
+    here = site_stream(program, function, sync.region)
+
+    def make(waiter: str, target: str) -> Ordering:
+        return Ordering(sync.kind, waiter, target, sync.line, sync.column, sync.region)
+
+    def stream(text: str) -> str:
+        if not text:
+            return here
+        if names_default(text):
+            return CURRENT_STREAM
+        sid = stream_id(program, function, text)
+        return here if sid == CURRENT_STREAM else sid
+
+    if sync.kind == "wait_stream":
+        return make(stream(sync.receiver), stream(sync.arg) if sync.arg else UNKNOWN)
+    if sync.kind in ("wait_event", "wait"):
+        if sync.method == "wait_event":
+            return make(stream(sync.receiver), _event_target(program, function, sync.arg))
+        if sync.kind == "wait" and not recorded_streams(program, event_id(program, function, sync.receiver)):
+            return make(here, ANY_STREAM)  # a work handle or future: the collective's end, whatever it read
+        return make(stream(sync.arg), _event_target(program, function, sync.receiver))
+    if sync.kind == "synchronize":
+        return make(HOST, _synchronized(program, function, sync, here))
+    if sync.kind == "host_sync":
+        return make(HOST, here)
+    return None
+
+
+def _synchronized(program: "Program", function: "Function", sync: Sync, here: str) -> str:
+    receiver = sync.receiver
+    if not receiver or receiver.split(".", 1)[0] in function.file.imports or receiver.endswith("get_accelerator()"):
+        return ANY_STREAM  # torch.cuda.synchronize(), get_accelerator().synchronize(), a configured sync
+    if "event" in receiver.lower() or recorded_streams(program, event_id(program, function, receiver)):
+        return _event_target(program, function, receiver)
+    if names_current(receiver):
+        return here
+    return stream_id(program, function, receiver)
+
+
+def _event_target(program: "Program", function: "Function", text: str) -> str:
+    if not text:
+        return ANY_STREAM
+    return EVENT + event_id(program, function, text)
+
+
+def recorded_streams(program: "Program", event: str) -> frozenset[str]:
+    """Every stream an event is recorded on anywhere in the program (empty when the scan never records it)."""
+    index = program.memo("orderings.records", lambda: _records(program))
+    return index.get(event, frozenset())
+
+
+def _records(program: "Program") -> dict[str, frozenset[str]]:
+    found: dict[str, set[str]] = {}
+    for function in program.functions.values():
+        for sync in function.facts.syncs:
+            if sync.kind != "record":
+                continue
+            here = site_stream(program, function, sync.region)
+            on = stream_id(program, function, sync.arg) if sync.arg else here
+            found.setdefault(event_id(program, function, sync.receiver), set()).add(
+                here if on == CURRENT_STREAM else on)
+    return {k: frozenset(v) for k, v in found.items()}
+
+
+def orders(program: "Program", ordering: Ordering, earlier: str, later: str) -> bool:
+    """Whether `ordering` makes work launched afterwards on stream `later` follow earlier work of stream
+    `earlier` (both stream ids as seen where the ordering runs)."""
+    waiter = ordering.waiter
+    if waiter not in (HOST, UNKNOWN, later) and not waiter.startswith("param:"):
+        return False
+    target = ordering.target
+    if target in (ANY_STREAM, UNKNOWN, earlier) or target.startswith("param:") or earlier == UNKNOWN:
+        return True
+    if target.startswith(EVENT):
+        streams = recorded_streams(program, target[len(EVENT):])
+        return not streams or earlier in streams or UNKNOWN in streams
+    return False

@@ -1,0 +1,238 @@
+"""The race query: two accesses to the same path, at least one a write, on different streams, with no ordering
+on any path between them.
+
+An access is seen in a *context*: the stream it runs on, and how it got there. Code inside
+`with stream(s):` runs on s; code a call inside such a region reaches (through functions that do not switch
+streams themselves) runs on s too, with that call chain; code some chain from a root reaches outside every region
+runs on the current stream.
+
+Whether two contexts are ordered:
+- one function body, program order known (both accesses directly in the body): an ordering between them, on any
+  path (inside an `if` too), that makes the later access's stream wait for the earlier one's;
+- otherwise the order of the two is not known to the lint, so either side may carry the edge: on the writer's
+  side an ordering after the write (in its function, or in a caller after the call), on the reader's side an
+  ordering before the read (in its function, before the region or inside it before the call that reaches it, in
+  each function of the chain before the next call, or in a caller of the region's function before the call).
+Callees count wherever they are called (summaries.py), with parameters bound to the arguments.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterator
+
+from .aliasing import access_keys, same_element
+from .callgraph import Edge, Function
+from .facts import NO_REGION, Access
+from .orderings import EVENT, orders, orderings_of, site_stream
+from .streams import CURRENT_STREAM, PARAM, UNKNOWN, display
+from .summaries import call_orderings
+
+if TYPE_CHECKING:
+    from .program import Program
+
+CALLER_LEVELS = 2  # how far up the callers an ordering after a write (or before a read) is looked for
+Position = tuple[int, int]
+START: Position = (0, 0)
+END: Position = (1 << 30, 0)
+
+
+@dataclass(frozen=True)
+class Context:
+    """An access as it runs: on `stream`, in `function`; reached through `chain` from the region `region_of`
+    (index into the region function's regions) of `region_fn`, or directly (empty chain)."""
+
+    function: Function
+    access: Access
+    stream: str
+    chain: tuple[Edge, ...] = ()
+    region_fn: Function | None = None
+    region: int = NO_REGION
+
+    @property
+    def position(self) -> Position:
+        return (self.access.line, self.access.column)
+
+
+def contexts(program: "Program", function: Function, access: Access) -> list[Context]:
+    """Every stream `access` (made by `function`) may run on, with how."""
+    if access.region != NO_REGION:
+        return [Context(function, access, site_stream(program, function, access.region), (), function,
+                        access.region)]
+    found = []
+    if function.id in program.runs_on_current_stream:
+        found.append(Context(function, access, CURRENT_STREAM))
+    for region_fn, index, chain in program.region_chains(function.id):
+        stream = site_stream(program, region_fn, index)
+        if all(c.stream != stream for c in found):
+            found.append(Context(function, access, stream, chain, region_fn, index))
+    return found
+
+
+def same_body(first: Context, second: Context) -> bool:
+    """Both directly in one function body, so their program order is the source order."""
+    return first.function is second.function and not first.chain and not second.chain
+
+
+def ordered_between(program: "Program", function: Function, after: Position, before: Position, earlier: str,
+                    later: str) -> bool:
+    """An ordering in `function` strictly between two positions (on any path) that makes work of stream
+    `later` launched afterwards follow earlier work of stream `earlier`."""
+    for ordering in orderings_of(program, function):
+        if after < (ordering.line, ordering.column) < before and orders(program, ordering, earlier, later):
+            return True
+    for call, edges in program.calls_of(function.id):
+        if after < (call.line, call.column) < before:
+            if any(orders(program, o, earlier, later) for o in call_orderings(program, function, call, edges)):
+                return True
+    return False
+
+
+def ordered_after(program: "Program", function: Function, position: Position, earlier: str, later: str,
+                  consumers: frozenset[str], levels: int = CALLER_LEVELS) -> bool:
+    """The writer's side: an ordering after `position` in `function` (or after the call of it, in a caller)
+    that comes before anything that could run the other access: a call that reaches one of the `consumers`
+    (function ids), or one that runs hooks (`backward()`)."""
+    limit = _first_reaching_call(program, function, position, consumers)
+    if ordered_between(program, function, position, limit, earlier, later):
+        return True
+    if _event_handed_off(program, function, position, earlier):
+        return True
+    if levels == 0 or limit != END:
+        return False
+    for caller, call in program.call_sites.get(function.id, ()):
+        here = site_stream(program, caller, call.region)
+        if ordered_after(program, caller, (call.line, call.column), _in_caller(earlier, here),
+                         _in_caller(later, here), consumers, levels - 1):
+            return True
+    return False
+
+
+def _event_handed_off(program: "Program", function: Function, position: Position, stream: str) -> bool:
+    """An event recorded on the writer's stream after the write, in a program that waits on some event: the
+    event travels (a queue, a dict per module) to a consumer that waits on it, which the lint cannot follow."""
+    recorded = any(
+        sync.kind == "record" and (sync.line, sync.column) > position
+        and site_stream(program, function, sync.region) == stream and not sync.arg
+        for sync in function.facts.syncs)
+    return recorded and program.memo("races.waits_on_events", lambda: any(
+        o.target.startswith(EVENT) for fn in program.functions.values() for o in orderings_of(program, fn)))
+
+
+# Calls that run code the scan cannot see (autograd hooks), even when they resolve to nothing scanned.
+RUNS_HOOKS = frozenset({"backward", "grad", "run_backward"})
+
+
+def _first_reaching_call(program: "Program", function: Function, position: Position,
+                         consumers: frozenset[str]) -> Position:
+    """The first call after `position` (not on its line) that may run a consumer."""
+    for call, edges in program.calls_of(function.id):
+        if (call.line, call.column) <= position or call.line == position[0]:
+            continue
+        if call.callee.rsplit(".", 1)[-1] in RUNS_HOOKS:
+            return (call.line, call.column)
+        if any(program.reaches(edge.callee, consumers) for edge in edges):
+            return (call.line, call.column)
+    return END
+
+
+def ordered_before(program: "Program", context: Context, earlier: str) -> bool:
+    """The reader's side: an ordering before the access on its way (see the module docstring)."""
+    later = context.stream
+    if ordered_between(program, context.function, START, context.position, earlier, later):
+        return True
+    for edge in context.chain:
+        caller = program.functions[edge.caller]
+        if ordered_between(program, caller, START, (edge.call.line, edge.call.column), earlier, later):
+            return True
+    if later.startswith(PARAM) and _param_stream_waited_anywhere(program, later):
+        return True
+    if context.region_fn is not None:
+        return _ordered_before_call(program, context.region_fn, earlier, later, CALLER_LEVELS)
+    return False
+
+
+def _param_stream_waited_anywhere(program: "Program", stream: str) -> bool:
+    """A stream handed in by the caller: which one it is, and where it was made to wait, is decided on another
+    call path (FSDP waits on its pre-unshard stream in the root's pre-forward). A wait of a stream of the same name
+    anywhere in the program is taken as that ordering."""
+    name = display(stream)
+    waited = program.memo("races.waited_names", lambda: {
+        display(o.waiter).rsplit(".", 1)[-1] for fn in program.functions.values() for o in orderings_of(program, fn)
+        if o.kind in ("wait_stream", "wait_event")})
+    return name in waited
+
+
+def _ordered_before_call(program: "Program", function: Function, earlier: str, later: str, levels: int) -> bool:
+    if levels == 0:
+        return False
+    for caller, call in program.call_sites.get(function.id, ()):
+        here = site_stream(program, caller, call.region)
+        earlier_there, later_there = _in_caller(earlier, here), _in_caller(later, here)
+        if ordered_between(program, caller, START, (call.line, call.column), earlier_there, later_there):
+            return True
+        if _ordered_before_call(program, caller, earlier_there, later_there, levels - 1):
+            return True
+    return False
+
+
+def _in_caller(stream: str, site: str) -> str:
+    return site if stream == CURRENT_STREAM else stream
+
+
+def unordered(program: "Program", first: Context, second: Context) -> bool:
+    """Whether `first` may run before `second` with nothing ordering `second`'s stream after `first`'s.
+
+    False as well when both start from one function body and `second` comes first there (the other direction)."""
+    if first.stream == second.stream or UNKNOWN in (first.stream, second.stream):
+        return False
+    (first_fn, first_at), (second_fn, second_at) = _anchor(first), _anchor(second)
+    if first_fn is second_fn:
+        if first_at >= second_at:
+            return False
+        if ordered_between(program, first_fn, first_at, second_at, first.stream, second.stream):
+            return False
+        if first.chain and ordered_between(program, first.function, first.position, END, first.stream,
+                                           second.stream):
+            return False
+        return not (second.chain and _ordered_on_chain(program, second, first.stream))
+    consumers = frozenset({second.function.id} | ({second.region_fn.id} if second.region_fn else set()))
+    if ordered_after(program, first.function, first.position, first.stream, second.stream, consumers):
+        return False
+    return not ordered_before(program, second, first.stream)
+
+
+def _anchor(context: Context) -> tuple[Function, Position]:
+    """Where an access starts in the function its context begins in: itself, or the first call of its chain."""
+    if not context.chain:
+        return context.function, context.position
+    first = context.chain[0]
+    return context.region_fn, (first.call.line, first.call.column)
+
+
+def _ordered_on_chain(program: "Program", context: Context, earlier: str) -> bool:
+    later = context.stream
+    if ordered_between(program, context.function, START, context.position, earlier, later):
+        return True
+    return any(ordered_between(program, program.functions[edge.caller], START, (edge.call.line, edge.call.column),
+                               earlier, later) for edge in context.chain[1:])
+
+
+def matching(program: "Program", function: Function, access: Access, kind: str) -> Iterator[tuple[Function, Access]]:
+    """Accesses of `kind` that may touch the same tensor as `access` (each once)."""
+    index = program.memo(f"races.by_key.{kind}", lambda: _index(program, kind))
+    seen: set[tuple[str, Access]] = set()
+    for key in access_keys(program, function, access):
+        for other_fn, other in index.get(key, ()):
+            if (other_fn.id, other) not in seen and same_element(access, other):
+                seen.add((other_fn.id, other))
+                yield other_fn, other
+
+
+def _index(program: "Program", kind: str) -> dict:
+    index: dict = {}
+    for function, access in program.all_accesses():
+        if access.kind == kind:
+            for key in access_keys(program, function, access):
+                index.setdefault(key, []).append((function, access))
+    return index

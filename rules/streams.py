@@ -1,0 +1,75 @@
+"""Symbolic streams: what a stream expression in the source stands for, as one comparable id.
+
+- `CURRENT_STREAM` (""): the stream the enclosing code runs on. `torch.cuda.current_stream(...)`,
+  `get_accelerator().current_stream(dev)` and `default_stream(...)` name it (outside every region the current stream
+  is the default one; code that switches streams says so with a region, which the engine follows).
+- `HOST`: the host thread, the waiter of a synchronize.
+- `UNKNOWN` ("?"): a stream the source does not name (`with torch.cuda.stream(make())`); it is never reported
+  against, and as an ordering's target it orders everything (the lint stays precise where it cannot see).
+- `self.<attr>@<owner>`: an attribute of `self`, owned by the class that first assigns it (see Program.attr_owner),
+  so one class's `self.side` is one stream in all its methods and subclasses, and sibling classes' are two.
+- `param:<name>`: a parameter of the function; at a call it stands for the caller's argument.
+- anything else: its text, a local alias replaced by what it was bound to (`s = self.side` then `s`).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .callgraph import Function
+    from .facts import Region
+    from .program import Program
+
+CURRENT_STREAM = ""
+HOST = "<host>"
+UNKNOWN = "?"
+PARAM = "param:"  # a stream handed in as a parameter: which one is the caller's business
+
+_NAMES_CURRENT = re.compile(r"(^|\.)(current_stream|default_stream)\(.*\)$")
+_NAMES_DEFAULT = re.compile(r"(^|\.)default_stream\(.*\)$")
+
+
+def names_current(text: str) -> bool:
+    """Whether a stream expression's text names the current (or default) stream."""
+    return text in ("", "None") or bool(_NAMES_CURRENT.search(text))
+
+
+def names_default(text: str) -> bool:
+    """`default_stream(...)`: the stream code outside every region runs on, even when read inside one (where
+    `current_stream()` is the region's stream instead)."""
+    return bool(_NAMES_DEFAULT.search(text))
+
+
+def stream_id(program: "Program", function: "Function", stream: "Region | str") -> str:
+    text = stream if isinstance(stream, str) else stream.stream
+    aliases = function.facts.stream_aliases.get(text)
+    if aliases:
+        named = [a for a in aliases if not names_current(a)]
+        text = named[0] if named else CURRENT_STREAM
+    if names_current(text):
+        return CURRENT_STREAM
+    if text == UNKNOWN or text.startswith("?"):
+        return UNKNOWN
+    if text in function.facts.params and text not in ("self", "cls"):
+        return f"{PARAM}{text}"  # bound to the caller's argument by summaries.py
+    if text.startswith(("self.", "cls.")):
+        attr = text.split(".")[1]
+        return f"{text}@{program.attr_owner(function.file.path, function.owner, attr)}"
+    return text
+
+
+def stream_words(stream: str) -> str:
+    """A stream id as a reader would say it."""
+    if stream == CURRENT_STREAM:
+        return "the current stream"
+    if stream == HOST:
+        return "the host"
+    return f"stream `{display(stream)}`"
+
+
+def display(stream: str) -> str:
+    if stream.startswith(PARAM):
+        return stream[len(PARAM):]
+    return stream.split("@", 1)[0] if stream else "torch.cuda.current_stream()"

@@ -1,0 +1,177 @@
+"""Per-function summaries composed over the call graph, parameters bound to the caller's arguments.
+
+Two summaries, each computed once per function, bottom-up, without recursion (call chains of any depth):
+- **orderings performed**: every (waiter, target) a call of the function orders, its callees' included, in the
+  function's own frame (`CURRENT_STREAM` is the stream it is called on, `param:s` its parameter `s`). At a call
+  site they are translated into the caller's frame (`call_orderings`).
+- **parameter accesses**: what the function reads and writes through its parameters (`def fill(buf): buf.zero_()`)
+  and, at a call site, the same accesses on the caller's argument paths (`bound_accesses`): a tensor handed to a
+  helper is read or written where the helper does it, and only if it does.
+"""
+
+from __future__ import annotations
+
+import builtins
+from typing import TYPE_CHECKING, Callable, Iterable
+
+from .facts import Access, Call
+from .orderings import Ordering, orderings_of, site_stream
+from .streams import CURRENT_STREAM, PARAM, UNKNOWN, stream_id
+
+if TYPE_CHECKING:
+    from .callgraph import Edge, Function
+    from .program import Program
+
+Pair = tuple[str, str]  # (waiter, target)
+
+
+def argument_for(callee: "Function", call: Call, param: str) -> str | None:
+    """The caller's argument text bound to `callee`'s parameter `param` at `call` (None when not given)."""
+    params = list(callee.facts.params)
+    if params and params[0] in ("self", "cls") and not _called_unbound(call):
+        params = params[1:]
+    keyword = f"{param}="
+    for arg in call.args:
+        if arg.startswith(keyword):
+            return arg[len(keyword):] or None
+    positional = [a for a in call.args if "=" not in a]
+    if param in params and params.index(param) < len(positional):
+        return positional[params.index(param)] or None
+    return None
+
+
+def _called_unbound(call: Call) -> bool:
+    head = call.callee.split(".", 1)[0]
+    return head[:1].isupper() and "." in call.callee  # `Class.method(obj, ...)`
+
+
+def translate(program: "Program", caller: "Function", call: Call, callee: "Function", stream: str) -> str:
+    """A stream id of the callee's frame as the caller sees it at `call`."""
+    if stream == CURRENT_STREAM:
+        return site_stream(program, caller, call.region)
+    if stream.startswith(PARAM):
+        arg = argument_for(callee, call, stream[len(PARAM):])
+        if arg is None:
+            return UNKNOWN
+        bound = stream_id(program, caller, arg)
+        return site_stream(program, caller, call.region) if bound == CURRENT_STREAM else bound
+    return stream
+
+
+def performed(program: "Program", fid: str) -> frozenset[Pair]:
+    """Every (waiter, target) that calling `fid` orders, in its own frame."""
+    table = program.memo("summaries.performed", lambda: {})
+    if fid not in table:
+        _bottom_up(program, fid, table, _own_pairs, _call_pairs, program.all_edges_of)
+    return table[fid]
+
+
+def call_orderings(program: "Program", caller: "Function", call: Call, edges: Iterable["Edge"]) -> list[Ordering]:
+    """The orderings a call performs, in the caller's frame, placed at the call."""
+    found = []
+    for edge in edges:
+        callee = program.functions[edge.callee]
+        for waiter, target in performed(program, edge.callee):
+            found.append(Ordering(
+                "call", translate(program, caller, call, callee, waiter),
+                translate(program, caller, call, callee, target), call.line, call.column, call.region))
+    return found
+
+
+def _own_pairs(program: "Program", function: "Function") -> set[Pair]:
+    return {(o.waiter, o.target) for o in orderings_of(program, function)}
+
+
+def _call_pairs(program: "Program", function: "Function", call: Call, edge: "Edge", callee_value) -> set:
+    callee = program.functions[edge.callee]
+    return {(translate(program, function, call, callee, w), translate(program, function, call, callee, t))
+            for w, t in callee_value}
+
+
+def parameter_accesses(program: "Program", fid: str) -> frozenset[Access]:
+    """Accesses `fid` makes (itself or through exact callees) to paths rooted in its parameters."""
+    table = program.memo("summaries.params", lambda: {})
+    if fid not in table:
+        _bottom_up(program, fid, table, _own_param_accesses, _call_param_accesses, program.exact_edges_of)
+    return table[fid]
+
+
+def bound_accesses(program: "Program", function: "Function") -> list[Access]:
+    """The accesses `function`'s calls make to its own paths through the callees' parameters, at the calls."""
+    def build() -> list[Access]:
+        found: list[Access] = []
+        for call, edges in program.calls_of(function.id):
+            exact = [e for e in edges if e.exact]
+            for edge in exact:
+                found.extend(_bind(program, function, call, edge, parameter_accesses(program, edge.callee)))
+            if not edges and _calls_a_value(function, call):
+                found.extend(Access("read", arg, call.line, call.column, call.callee, call.region)
+                             for arg in call.args if arg and "=" not in arg)
+        return found
+
+    return program.memo(("summaries.bound", function.id), build)
+
+
+def _calls_a_value(function: "Function", call: Call) -> bool:
+    """A call of a callable object the scan cannot see into (`model(x)`, `self.module(x)`): a module's forward
+    or a kernel wrapper that consumes its tensor arguments. Constructors, builtins and imported library functions
+    are hand-offs, not reads."""
+    parts = call.callee.split(".")
+    if parts[0] in function.file.imports or not all(p.isidentifier() for p in parts):
+        return False
+    if len(parts) == 1:
+        return parts[0] in function.facts.params or not parts[0][:1].isupper() and parts[0] not in dir(builtins)
+    return parts[0] == "self" and len(parts) == 2
+
+
+def _own_param_accesses(program: "Program", function: "Function") -> set[Access]:
+    params = set(function.facts.params) - {"self", "cls"}
+    return {a for a in function.facts.accesses if a.path.split(".", 1)[0] in params and not a.owner}
+
+
+def _call_param_accesses(program: "Program", function: "Function", call: Call, edge: "Edge", callee_value) -> set:
+    params = set(function.facts.params) - {"self", "cls"}
+    return {a for a in _bind(program, function, call, edge, callee_value) if a.path.split(".", 1)[0] in params}
+
+
+def _bind(program: "Program", caller: "Function", call: Call, edge: "Edge", accesses) -> list[Access]:
+    callee = program.functions[edge.callee]
+    found = []
+    for access in accesses:
+        root, dot, rest = access.path.partition(".")
+        arg = argument_for(callee, call, root)
+        if arg is None:
+            continue
+        op = access.op if " in " in access.op else f"{access.op} in {callee.facts.qualname}"
+        found.append(Access(access.kind, arg + dot + rest, call.line, call.column, op, call.region,
+                            access.collective, "", access.index))
+    return found
+
+
+def _bottom_up(program: "Program", start: str, table: dict, own: Callable, through_call: Callable,
+               edges_of: Callable) -> None:
+    """Fill `table[fid]` for `start` and everything it calls: own facts plus each callee's value brought through
+    the call. An explicit stack instead of recursion; a callee still being computed (a cycle) adds what it has."""
+    partial: dict[str, set] = {}
+    stack = [(start, False)]
+    while stack:
+        fid, expanded = stack.pop()
+        if fid in table:
+            continue
+        function = program.functions[fid]
+        if not expanded:
+            if fid in partial:
+                continue  # on the stack already: a cycle
+            partial[fid] = set(own(program, function))
+            stack.append((fid, True))
+            for _call, edges in edges_of(fid):
+                for edge in edges:
+                    if edge.callee not in table and edge.callee not in partial:
+                        stack.append((edge.callee, False))
+            continue
+        value = partial[fid]
+        for call, edges in edges_of(fid):
+            for edge in edges:
+                callee_value = table.get(edge.callee, partial.get(edge.callee, ()))
+                value |= through_call(program, function, call, edge, callee_value)
+        table[fid] = frozenset(value)
