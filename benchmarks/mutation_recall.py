@@ -1,0 +1,226 @@
+"""Recall of the static rules on real orderings: delete one ordering statement, rescan, is the hole found?
+
+    python benchmarks/mutation_recall.py --list-sites       write benchmarks/triage/mutation_sites.tsv
+    python benchmarks/mutation_recall.py [--package NAME] [--limit N]
+
+THE FIXED RULE (decided before any measurement or tuning; implemented in corpus_sites.py):
+
+Sites. In the .py files under a target's site folders (TARGETS below), leaving out every file below a folder named
+tests, test, benchmarks, benchmark, examples or example, a site is an expression statement (a call whose result is dropped) whose callee is
+an attribute call `R.m(...)` with
+  - m one of wait_stream, wait_event, record_stream, synchronize (any receiver: streams, events, devices,
+    torch.cuda.synchronize(), get_accelerator().synchronize(), ...), or
+  - m == wait and the receiver R is a call (`dist.all_reduce(t, async_op=True).wait()`) or R's last name
+    (handle for `handle`, `self.handles[i]`, `self._handle`) contains event, handle, work, req or fut
+    (case-insensitive), or is exactly h, w, e or ev;
+and whose innermost enclosing function (nested defs, lambdas and classes are not part of a function) also makes a
+tensor access outside the site statements: a call of a method named in corpus_sites.TENSOR_METHODS or of any
+public method whose name ends in "_", a call of torch.* or dist.* outside torch.cuda/npu/xpu/mps/accelerator.*
+and outside the stream API (synchronize, wait_stream, record, current_stream, Stream, Event, ...), or a load of
+`.data` / `.grad`. Statements at module level or in a class body are not sites.
+
+Mutation. The statement is replaced by `pass` (backslash continuations keep every line number), the file's facts are
+extracted again, and the rules run over the program (the target's program folders, all files) once more.
+
+Flagged. The deletion counts as flagged when some finding of the mutated program is absent from the unmodified
+program's findings (compared by rule, kind, primary location and the (role, path, line) of its related locations)
+and its primary or one of its related locations lies, by line span, in a "near" function: the function F that held
+the statement, a function whose name is the last name of a callee called in F's body (any file of the program),
+or a function whose body calls a callee whose last name is F's name.
+
+Harmless. A deletion that protects nothing (timing code, a host-only wait, a wait right before the same stream's
+next use) is listed with a reason in benchmarks/triage/mutation_harmless.tsv (package, version, path, line, reason).
+recall = flagged / (sites - harmless), where flagged counts only the sites not listed as harmless.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from corpus import CACHE, Package, find_package, unpacked  # noqa: E402
+from corpus_sites import Function, Site, delete_statement, functions_of, python_files, sites_of  # noqa: E402
+
+TRIAGE = Path(__file__).resolve().parent / "triage"
+SITES_FILE = TRIAGE / "mutation_sites.tsv"
+HARMLESS_FILE = TRIAGE / "mutation_harmless.tsv"
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str  # the label in the tables
+    package: Package
+    program: tuple[str, ...]  # folders the rules see
+    sites: tuple[str, ...]  # folders the sites come from
+
+
+TARGETS = (
+    Target("deepspeed", find_package("deepspeed", "0.19.8"), ("deepspeed",), ("deepspeed",)),
+    Target("megatron-core", find_package("megatron-core", "0.16.1"), ("megatron",), ("megatron",)),
+    Target("vllm", find_package("vllm", "0.33.0"), ("vllm",), ("vllm",)),
+    Target("torchrec", find_package("torchrec", "1.9.2"), ("torchrec",), ("torchrec",)),
+    Target("torch-fsdp", find_package("torch", "2.13.0"), ("torch/distributed",), ("torch/distributed/fsdp",)),
+)
+
+
+def static_engine():
+    """(extract(text, path) -> facts or None, analyze(facts list) -> findings): the only use of the rules' API."""
+    from streamcheck.rules.engine import analyze
+    from streamcheck.rules.facts import extract_facts
+    from streamcheck.rules.options import StaticOptions
+
+    options = StaticOptions()
+
+    def extract(text: str, path: str):
+        try:
+            return extract_facts(text, path, options)
+        except Exception:  # a file the rules cannot read is simply not part of the program (SC001 in a scan)
+            return None
+
+    return extract, lambda facts: analyze([f for f in facts if f is not None], options, None)
+
+
+def finding_id(finding) -> tuple:
+    related = tuple((loc.role, loc.path, loc.line) for loc in finding.related)
+    return (finding.rule, finding.kind, finding.primary.path, finding.primary.line, related)
+
+
+def locations(finding):
+    yield finding.primary.path, finding.primary.line
+    for loc in finding.related:
+        yield loc.path, loc.line
+
+
+# -- the site list --------------------------------------------------------------------------------------------------
+
+def list_sites(target: Target, tree: Path) -> list[Site]:
+    found = []
+    for rel in python_files(tree, target.sites, skip_test_folders=True):
+        try:
+            found += sites_of((tree / rel).read_text(encoding="utf-8"), rel)
+        except (SyntaxError, UnicodeDecodeError, ValueError) as exc:
+            print(f"  {rel}: not read ({type(exc).__name__})", file=sys.stderr)
+    return found
+
+
+def write_sites(rows: list[tuple[Target, Site]]) -> None:
+    with open(SITES_FILE, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle, delimiter="\t", lineterminator="\n", quoting=csv.QUOTE_NONE, escapechar="\\")
+        writer.writerow(("package", "version", "path", "line", "statement"))
+        for target, site in rows:
+            writer.writerow((target.name, target.package.version, site.path, site.line, site.text))
+
+
+def committed(path: Path) -> set[tuple[str, str, int]]:
+    """(package, path, line) of every row of a committed TSV whose columns start package, version, path, line."""
+    with open(path, newline="", encoding="utf-8") as handle:
+        rows = list(csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))[1:]
+    return {(cells[0], cells[2], int(cells[3])) for cells in rows if cells and not cells[0].startswith("#")}
+
+
+# -- the measurement ------------------------------------------------------------------------------------------------
+
+class Program:
+    """The facts of every file of a target once; a mutation re-extracts only its file."""
+
+    def __init__(self, tree: Path, folders: tuple[str, ...]):
+        self.extract, self.analyze = static_engine()
+        self.tree = tree
+        self.paths = python_files(tree, folders, skip_test_folders=False)
+        self.sources = {rel: (tree / rel).read_text(encoding="utf-8", errors="replace") for rel in self.paths}
+        self.facts = {rel: self.extract(text, rel) for rel, text in self.sources.items()}
+        self.base = {finding_id(f) for f in self.analyze(list(self.facts.values()))}
+        self.functions = [fn for rel, text in self.sources.items() for fn in _functions_or_none(text, rel)]
+
+    def new_findings(self, site: Site) -> list:
+        mutated = delete_statement(self.sources[site.path], site)
+        facts = dict(self.facts)
+        facts[site.path] = self.extract(mutated, site.path)
+        return [f for f in self.analyze(list(facts.values())) if finding_id(f) not in self.base]
+
+    def near(self, site: Site) -> list[Function]:
+        [holder] = [fn for fn in self.functions if fn.path == site.path and fn.qualname == site.function
+                    and fn.line <= site.line <= fn.end_line] or [None]
+        if holder is None:
+            return []
+        return [fn for fn in self.functions
+                if fn is holder or fn.name in holder.calls or holder.name in fn.calls]
+
+
+def _functions_or_none(text: str, rel: str) -> list[Function]:
+    try:
+        return functions_of(text, rel)
+    except (SyntaxError, ValueError):
+        return []
+
+
+def is_flagged(findings: list, near: list[Function]) -> bool:
+    return any(fn.path == path and fn.line <= line <= fn.end_line
+               for finding in findings for path, line in locations(finding) for fn in near)
+
+
+def measure(target: Target, sites: list[tuple[str, int]], harmless: set, cache: Path) -> tuple[int, int, int]:
+    tree = unpacked(target.package, cache)
+    started = time.perf_counter()
+    program = Program(tree, target.program)
+    print(f"{target.name} {target.package.version}: {len(program.paths)} files in the program, "
+          f"{len(program.base)} findings unmodified, {time.perf_counter() - started:.1f} s", flush=True)
+    by_place = {(s.path, s.line): s for s in list_sites(target, tree)}
+    flagged = harmful = 0
+    for path, line in sites:
+        site = by_place.get((path, line))
+        if site is None:
+            print(f"  gone    {path}:{line} (the committed site is not found by the rule any more)")
+            continue
+        is_harmless = (target.name, path, line) in harmless
+        hit = is_flagged(program.new_findings(site), program.near(site))
+        flagged += hit and not is_harmless
+        harmful += not is_harmless
+        verdict = "flagged" if hit else "missed"
+        print(f"  {verdict:7} {'harmless ' if is_harmless else ''}{path}:{line}  {site.text}", flush=True)
+    return len(sites), flagged, len(sites) - harmful
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--list-sites", action="store_true", help=f"write {SITES_FILE.name} by the fixed rule")
+    parser.add_argument("--package", action="append", help="only this target (repeatable)")
+    parser.add_argument("--limit", type=int, default=0, help="only the first N sites of each target")
+    args = parser.parse_args(argv)
+    targets = [t for t in TARGETS if not args.package or t.name in args.package]
+    if not targets:
+        parser.error(f"unknown target; the targets are {', '.join(t.name for t in TARGETS)}")
+    if args.list_sites:
+        rows = [(t, s) for t in targets for s in list_sites(t, unpacked(t.package, CACHE))]
+        write_sites(rows)
+        for t in targets:
+            print(f"{t.name}: {sum(1 for r in rows if r[0] is t)} sites")
+        return 0
+    listed = committed(SITES_FILE)
+    harmless = set(committed(HARMLESS_FILE)) if HARMLESS_FILE.exists() else set()
+    totals = [0, 0, 0]
+    for target in targets:
+        sites = sorted((path, line) for name, path, line in listed if name == target.name)
+        sites = sites[:args.limit] if args.limit else sites
+        counts = measure(target, sites, harmless, CACHE)
+        print_summary(target.name, *counts)
+        totals = [a + b for a, b in zip(totals, counts)]
+    print_summary("total", *totals)
+    return 0
+
+
+def print_summary(name: str, sites: int, flagged: int, harmless: int) -> None:
+    harmful = sites - harmless
+    recall = f"{100 * flagged / harmful:.0f} %" if harmful else "n/a"
+    print(f"{name}: sites {sites}, flagged {flagged}, harmless {harmless}, recall {flagged}/{harmful} = {recall}",
+          flush=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
