@@ -132,7 +132,7 @@ def test_a_wait_in_an_exactly_resolved_callee_before_the_read():
     """}
     assert findings_of(sources) == []
     # Called inside the region, the callee's current stream is the side stream itself: it waits for nothing.
-    inside = sources["m.py"].replace("self.order()\n", "").replace(
+    inside = sources["m.py"].replace("self.order()\n                with", "with").replace(
         "return torch.cat", "self.order()\n                    return torch.cat")
     assert [f.primary.line for f in findings_of({"m.py": inside})] == [line_of(inside, "p.staging_shard.copy_")]
 
