@@ -15,22 +15,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from streamcheck.report.runtime import RUNTIME_RULES
-    from streamcheck.rules.registry import all_rules
-    from streamcheck.scanning import DRIVER_RULES
+    from streamcheck.docs import catalogue
 
-    docs = {rule_id: (summary, doc) for rule_id, (summary, doc) in DRIVER_RULES.items()}
-    for rule in all_rules():
-        docs[rule.id] = (rule.summary, rule.documentation())
-    for rule_id, info in RUNTIME_RULES.items():
-        docs[rule_id] = (info.summary, info.documentation)
+    docs = catalogue()
     if not args.rule:
-        for rule_id, (summary, _) in sorted(docs.items()):
-            print(f"{rule_id}  {summary}")
+        for rule_id, doc in docs.items():
+            print(f"{rule_id}  {doc.summary}")
         return 0
-    entry = docs.get(args.rule.upper())
-    if entry is None:
-        print(f"streamcheck explain: unknown rule {args.rule!r}; known: {', '.join(sorted(docs))}", file=sys.stderr)
+    doc = docs.get(args.rule.upper())
+    if doc is None:
+        print(f"streamcheck explain: unknown rule {args.rule!r}; known: {', '.join(docs)}", file=sys.stderr)
         return 2
-    print(entry[1])
+    print(doc.documentation.rstrip("\n"))
+    print(f"\nOnline: {doc.help_uri}")
     return 0

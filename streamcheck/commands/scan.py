@@ -260,8 +260,12 @@ def rule_infos(backend) -> dict:
     from streamcheck.report import RuleInfo
     from streamcheck.scanning import DRIVER_RULES
 
+    from streamcheck.docs import catalogue
+
+    names = {rule_id: doc.name for rule_id, doc in catalogue().items()}
     docs = {**DRIVER_RULES, **backend.rule_docs}
-    return {rule_id: RuleInfo(rule_id, summary, doc) for rule_id, (summary, doc) in sorted(docs.items())}
+    return {rule_id: RuleInfo(rule_id, summary, doc, names.get(rule_id, ""))
+            for rule_id, (summary, doc) in sorted(docs.items())}
 
 
 class _Progress:

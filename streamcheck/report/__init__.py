@@ -24,6 +24,7 @@ class RuleInfo:
     id: str
     summary: str = ""
     documentation: str = ""
+    name: str = ""  # PascalCase, e.g. CrossStreamConsumer (SARIF's rule name); "" -> streamcheck.docs.rule_name
 
 
 @dataclass
@@ -40,6 +41,7 @@ class ReportContext:
     color: bool = False  # text only: ANSI colours (the command decides: a terminal, no NO_COLOR)
     scope: str = ""  # what was checked, when not files (runtime reports: "2 ranks"); the text summary says it
     runtime_layout: bool = False  # text only: runtime races laid out by report/runtime_text.py (streamcheck report)
+    root: str = ""  # sarif: the folder URIs are relative to; "" -> the git repository around the current folder
 
     def rule(self, rule_id: str) -> RuleInfo:
         return self.rules.get(rule_id) or RuleInfo(rule_id)

@@ -1,15 +1,24 @@
 """`--format sarif`: SARIF 2.1.0, as GitHub code scanning and other viewers read it.
 
-One run; the tool's rules carry each rule's summary and documentation; each result carries the primary location
-(with the enclosing function as a logical location), the related locations (role and note as their message), the
-fingerprint as a partial fingerprint (so viewers track a finding across commits that move it), and the race kind,
-runtime count, fix hint and `extra` data as properties.
+One run. The tool's rules carry what code scanning shows and filters by: `name`, short and full description,
+`help` (text and markdown), `helpUri` (the rule's page in docs/rules), `defaultConfiguration.level`, and the
+properties `tags`, `precision` and `problem.severity`. Each result carries:
+
+- the primary location (region with endLine/endColumn where known; the enclosing function as a logical location),
+  its URI relative to the repository root (`%SRCROOT%`), whatever the current folder was;
+- the related locations, each linked from the message (`[read](2)`, code scanning's link syntax);
+- for a runtime race, a `codeFlows` entry: one thread flow per access (the earlier and the later), each its call
+  stack from the outermost frame to the access;
+- the fingerprint as a partial fingerprint, so a finding is tracked across commits that move it;
+- `fixes` when the fix can be derived (streamcheck/fixes.py): an insertion at the start of a line; the fix hint
+  stays a property and is not glued onto the message.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import quote
@@ -18,9 +27,9 @@ from streamcheck.findings import Finding, Location
 from streamcheck.report import ReportContext
 
 SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
-INFORMATION_URI = "https://github.com/streamcheck/streamcheck"
 SRCROOT = "%SRCROOT%"
 _LEVELS = {"error": "error", "warning": "warning"}
+_FRAME = re.compile(r"^(?P<path>.+):(?P<line>\d+)(?: in (?P<function>.+))?$")
 
 
 def write(findings: list[Finding], out: TextIO, context: ReportContext) -> None:
@@ -29,6 +38,9 @@ def write(findings: list[Finding], out: TextIO, context: ReportContext) -> None:
 
 
 def document(findings: list[Finding], context: ReportContext) -> dict[str, Any]:
+    from streamcheck.docs import PROJECT_URL
+
+    root = Path(context.root or repository_root(os.getcwd()))
     rule_ids = sorted({f.rule for f in findings} | set(context.rules))
     index = {rule_id: i for i, rule_id in enumerate(rule_ids)}
     run: dict[str, Any] = {
@@ -36,13 +48,15 @@ def document(findings: list[Finding], context: ReportContext) -> dict[str, Any]:
             "driver": {
                 "name": "streamcheck",
                 "version": context.tool_version,
-                "informationUri": INFORMATION_URI,
+                "semanticVersion": context.tool_version if re.fullmatch(r"\d+\.\d+\.\d+", context.tool_version)
+                else None,
+                "informationUri": PROJECT_URL,
                 "rules": [_rule(context, rule_id) for rule_id in rule_ids],
             }
         },
-        "originalUriBaseIds": {SRCROOT: {"uri": Path(os.getcwd()).as_uri().rstrip("/") + "/"}},
+        "originalUriBaseIds": {SRCROOT: {"uri": root.as_uri().rstrip("/") + "/"}},
         "columnKind": "unicodeCodePoints",
-        "results": [_result(f, index[f.rule]) for f in findings],
+        "results": [_result(f, index[f.rule], root) for f in findings],
         "invocations": [
             {
                 "executionSuccessful": True,
@@ -52,40 +66,68 @@ def document(findings: list[Finding], context: ReportContext) -> dict[str, Any]:
             }
         ],
     }
+    if run["tool"]["driver"]["semanticVersion"] is None:
+        del run["tool"]["driver"]["semanticVersion"]
     return {"$schema": SCHEMA_URI, "version": "2.1.0", "runs": [run]}
 
 
+def repository_root(start: str) -> str:
+    """The nearest folder at or above `start` holding .git (a folder, or a file in a worktree); else `start`."""
+    folder = Path(os.path.abspath(start))
+    for candidate in [folder, *folder.parents]:
+        if (candidate / ".git").exists():
+            return str(candidate)
+    return str(folder)
+
+
 def _rule(context: ReportContext, rule_id: str) -> dict[str, Any]:
+    from streamcheck.docs import help_uri, rule_name, to_markdown
+
     info = context.rule(rule_id)
-    rule: dict[str, Any] = {"id": rule_id, "shortDescription": {"text": info.summary or rule_id}}
+    rule: dict[str, Any] = {"id": rule_id, "name": info.name or rule_name(rule_id),
+                            "shortDescription": {"text": info.summary or rule_id}}
     if info.documentation:
         # The paragraph after the title line: "What it does: ..." in the rules' docstring layout.
         paragraphs = [p.strip() for p in info.documentation.split("\n\n") if p.strip()]
         rule["fullDescription"] = {"text": " ".join((paragraphs[1] if len(paragraphs) > 1 else paragraphs[0]).split())}
-        rule["help"] = {"text": info.documentation}
-    rule["defaultConfiguration"] = {"level": "warning" if rule_id == "SC002" else "error"}
+        rule["help"] = {"text": info.documentation, "markdown": to_markdown(info.documentation)}
+    rule["helpUri"] = help_uri(rule_id)
+    level = "warning" if rule_id == "SC002" else "error"
+    rule["defaultConfiguration"] = {"level": level}
+    runtime = rule_id.startswith("SC2")
+    rule["properties"] = {
+        "tags": ["correctness", "concurrency", "cuda", "pytorch", "runtime" if runtime else "static"],
+        # Runtime races were observed in an execution; SC001/SC002 are facts about the file; static rules are
+        # queries over a model that can miss an ordering the code has.
+        "precision": "very-high" if runtime or rule_id in ("SC001", "SC002") else "high",
+        "problem.severity": level,
+    }
     return rule
 
 
-def _result(finding: Finding, rule_index: int) -> dict[str, Any]:
-    text = finding.message + (f" Fix: {finding.fix}" if finding.fix else "")
-    location: dict[str, Any] = {"physicalLocation": _physical(finding.primary)}
+def _result(finding: Finding, rule_index: int, root: Path) -> dict[str, Any]:
+    location: dict[str, Any] = {"physicalLocation": _physical(finding.primary, root)}
     if finding.symbol:
         location["logicalLocations"] = [{"fullyQualifiedName": finding.symbol, "kind": "function"}]
     result: dict[str, Any] = {
         "ruleId": finding.rule,
         "ruleIndex": rule_index,
         "level": _LEVELS.get(finding.severity, "note"),
-        "message": {"text": text},
+        "message": {"text": _message(finding)},
         "locations": [location],
         "partialFingerprints": {"streamcheck/v1": finding.fingerprint},
     }
     if finding.related:
         result["relatedLocations"] = [
-            {"id": i, "physicalLocation": _physical(loc),
-             "message": {"text": " ".join(p for p in (loc.role, loc.note) if p) or "related"}}
+            {"id": i, "physicalLocation": _physical(loc, root), "message": {"text": _label(loc, full=True)}}
             for i, loc in enumerate(finding.related, 1)
         ]
+    flows = _code_flows(finding, root)
+    if flows:
+        result["codeFlows"] = flows
+    fixes = _fixes(finding, root)
+    if fixes:
+        result["fixes"] = fixes
     if finding.count > 1:
         result["occurrenceCount"] = finding.count
     properties: dict[str, Any] = {}
@@ -100,11 +142,82 @@ def _result(finding: Finding, rule_index: int) -> dict[str, Any]:
     return result
 
 
-def _physical(loc: Location) -> dict[str, Any]:
-    if os.path.isabs(loc.path):
-        artifact = {"uri": Path(loc.path).as_uri()}
-    else:
-        artifact = {"uri": quote(loc.path.replace(os.sep, "/")), "uriBaseId": SRCROOT}
+def _message(finding: Finding) -> str:
+    """The message, then a link to each related location (code scanning renders `[text](id)` as a link)."""
+    text = finding.message
+    if finding.related:
+        links = ", ".join(f"[{_escape(_label(loc, full=False))}]({i})" for i, loc in enumerate(finding.related, 1))
+        text = f"{_escape(text)} (see {links})"
+    return text
+
+
+def _label(loc: Location, full: bool) -> str:
+    if full:
+        return " ".join(p for p in (loc.role, loc.note) if p) or "related"
+    return f"{loc.role or 'related'} at line {loc.line}"
+
+
+def _escape(text: str) -> str:
+    """Square brackets are link syntax in a SARIF message: the message's own are escaped."""
+    return text.replace("\\", "\\\\").replace("[", "\\[").replace("]", "\\]")
+
+
+def _code_flows(finding: Finding, root: Path) -> list[dict[str, Any]]:
+    """Runtime findings: the earlier and the later access, each with its call stack (outermost frame first)."""
+    flows = []
+    for key, what in (("earlier_stack", "earlier access"), ("later_stack", "later access")):
+        stack = finding.extra.get(key)
+        if not isinstance(stack, list):
+            continue
+        frames = [m for m in (_FRAME.match(str(frame)) for frame in stack) if m]
+        if not frames:
+            continue
+        locations = []
+        for depth, match in enumerate(reversed(frames)):
+            loc = Location(match["path"], int(match["line"]))
+            step = {"location": {"physicalLocation": _physical(loc, root),
+                                 "message": {"text": f"in {match['function']}" if match["function"] else what}},
+                    "nestingLevel": depth}
+            locations.append(step)
+        access = (finding.extra.get(key.replace("_stack", "")) or {})
+        op = access.get("op") if isinstance(access, dict) else None
+        locations[-1]["location"]["message"]["text"] = f"{what}: {op}" if op else what
+        flows.append({"message": {"text": what}, "locations": locations})
+    return [{"message": {"text": "the two accesses that race"}, "threadFlows": flows}] if flows else []
+
+
+def _fixes(finding: Finding, root: Path) -> list[dict[str, Any]]:
+    from streamcheck.fixes import apply_fixes, derive_fix, inserted_lines
+
+    fix = derive_fix(finding)
+    if fix is None:
+        return []
+    try:
+        with open(fix.path, "rb") as handle:
+            before = handle.read()
+    except OSError:
+        return []
+    after, applied = apply_fixes(before, [fix])
+    if not applied:
+        return []
+    replacements = [{"deletedRegion": {"startLine": line, "startColumn": 1, "endLine": line, "endColumn": 1},
+                     "insertedContent": {"text": text}} for line, text in inserted_lines(before, after)]
+    description = fix.description + ("" if fix.safe else " (unsafe: it blocks the host; --unsafe-fixes)")
+    return [{"description": {"text": description},
+             "artifactChanges": [{"artifactLocation": _artifact(fix.path, root), "replacements": replacements}],
+             "properties": {"safe": fix.safe}}]
+
+
+def _artifact(path: str, root: Path) -> dict[str, Any]:
+    absolute = Path(os.path.abspath(path))
+    try:
+        relative = absolute.relative_to(root)
+    except ValueError:
+        return {"uri": absolute.as_uri()}
+    return {"uri": quote(relative.as_posix()), "uriBaseId": SRCROOT}
+
+
+def _physical(loc: Location, root: Path) -> dict[str, Any]:
     region: dict[str, Any] = {"startLine": max(1, loc.line), "startColumn": max(1, loc.column)}
     if loc.end_line:
         region["endLine"] = loc.end_line
@@ -112,4 +225,4 @@ def _physical(loc: Location) -> dict[str, Any]:
             region["endColumn"] = loc.end_column
     if loc.snippet:
         region["snippet"] = {"text": loc.snippet}
-    return {"artifactLocation": artifact, "region": region}
+    return {"artifactLocation": _artifact(loc.path, root), "region": region}

@@ -87,7 +87,8 @@ def test_sarif_is_valid_against_the_official_schema():
     run = doc["runs"][0]
     assert doc["version"] == "2.1.0"
     assert [r["id"] for r in run["tool"]["driver"]["rules"]] == ["SC101", "SC201"]
-    assert run["tool"]["driver"]["rules"][0]["help"] == {"text": "SC101: what\n\nWhy: because"}
+    assert run["tool"]["driver"]["rules"][0]["help"] == {"text": "SC101: what\n\nWhy: because",
+                                                         "markdown": "# SC101: what\n\nWhy: because\n"}
     static, runtime = run["results"]
     assert static["ruleId"] == "SC101" and static["ruleIndex"] == 0 and static["level"] == "error"
     assert static["locations"][0]["physicalLocation"] == {
