@@ -33,6 +33,8 @@ NEVER_BY_NAME = frozenset({
     "bfloat16", "detach", "clone", "contiguous", "flatten", "__init__", "__call__", "forward", "backward",
     "synchronize", "wait_stream", "wait_event", "record", "record_event", "record_stream", "query", "wait",
     "current_stream", "default_stream", "stream", "Stream", "Event", "is_available", "device", "set_device",
+    "put", "put_nowait", "get_nowait", "task_done", "step", "zero_grad", "state_dict", "load_state_dict",
+    "parameters", "named_parameters", "modules", "children", "train", "eval", "apply", "run", "start", "submit",
 })
 
 

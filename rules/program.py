@@ -21,6 +21,10 @@ from .options import StaticOptions
 from .streams import CURRENT_STREAM, stream_id
 from .summaries import bound_accesses, performed
 
+# A chain of calls from a stream region follows at most this many calls resolved by name alone (a closure stored on
+# a parameter, as in hpZ); chains of guesses wander into unrelated code (`self.param_queue.put` -> `Engine.put`).
+GUESSES_PER_CHAIN = 1
+
 __all__ = ["CURRENT_STREAM", "ORDERING_SYNCS", "Edge", "Function", "Program"]
 
 
@@ -140,10 +144,13 @@ class Program(CallGraph):
         while queue:
             current, chain = queue.popleft()
             yield current, chain
+            guesses = sum(not e.exact for e in chain)
             for call, edges in self.calls_of(current):
                 if call.region != NO_REGION:
                     continue
                 for edge in edges:
+                    if not edge.exact and guesses >= GUESSES_PER_CHAIN:
+                        continue
                     if edge.callee not in seen and (edge_allowed is None or edge_allowed(current, call, edge)):
                         seen.add(edge.callee)
                         queue.append((edge.callee, chain + (edge,)))

@@ -186,6 +186,9 @@ def unordered(program: "Program", first: Context, second: Context) -> bool:
     False as well when both start from one function body and `second` comes first there (the other direction)."""
     if first.stream == second.stream or UNKNOWN in (first.stream, second.stream):
         return False
+    if first.function is second.function and None not in (_origin(first), _origin(second)) \
+            and _origin(first) != _origin(second):
+        return False  # one call of a function runs on one stream: two of its calls are two different contexts
     (first_fn, first_at), (second_fn, second_at) = _anchor(first), _anchor(second)
     if first_fn is second_fn:
         if first_at >= second_at:
@@ -200,6 +203,14 @@ def unordered(program: "Program", first: Context, second: Context) -> bool:
     if ordered_after(program, first.function, first.position, first.stream, second.stream, consumers):
         return False
     return not ordered_before(program, second, first.stream)
+
+
+def _origin(context: Context) -> tuple | None:
+    """How the call of the function holding the access was entered: on the current stream, or from a region
+    through a chain; None for an access inside the function's own region (any entry)."""
+    if context.access.region != NO_REGION:
+        return None
+    return (context.region_fn.id if context.region_fn else "", context.region)
 
 
 def _anchor(context: Context) -> tuple[Function, Position]:

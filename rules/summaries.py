@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from .program import Program
 
 Pair = tuple[str, str]  # (waiter, target)
+BUILTIN_NAMES = frozenset(dir(builtins))
 
 
 def argument_for(callee: "Function", call: Call, param: str) -> str | None:
@@ -120,7 +121,7 @@ def _calls_a_value(function: "Function", call: Call) -> bool:
     if parts[0] in function.file.imports or not all(p.isidentifier() for p in parts):
         return False
     if len(parts) == 1:
-        return parts[0] in function.facts.params or not parts[0][:1].isupper() and parts[0] not in dir(builtins)
+        return parts[0] in function.facts.params or not parts[0][:1].isupper() and parts[0] not in BUILTIN_NAMES
     return parts[0] == "self" and len(parts) == 2
 
 
