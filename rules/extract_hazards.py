@@ -171,6 +171,9 @@ class HazardCollector:
             for arg in node.args:
                 self._mark(arg)
             return
+        if last.lstrip("_")[:1].isupper():
+            self._arguments(node, "escape")  # a constructor stores it (with its event, say): a hand-off, no read
+            return
         self._arguments(node, "write" if last in FILLER_NAMES else "read")
 
     def _is_collective(self, node: ast.Call, callee: str) -> bool:
