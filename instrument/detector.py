@@ -12,11 +12,17 @@ Happens-before, as implemented (DESIGN.md, "Happens-before model"):
 - collective on comm N launched from S: N ⊔= S; accesses by N; the work remembers N's clock; if not async_op,
   S ⊔= N. work_wait: S ⊔= work; blocking also T ⊔= work.
 - thread_start: child ⊔= parent; thread_join: parent ⊔= child. stream_created: S ⊔= T.
-- free: a check, as if the allocation stream wrote the whole block at the point where the freeing thread and every
-  stream given to record_stream stand now (that is when the caching allocator records its events). Nothing is
-  ordered by a free and nothing can touch the freed storage later (a new allocation at the same address starts a
-  fresh history), so the storage's shadow state is dropped right after the check. A free of a storage whose
-  allocation was never seen is not checked (the detector may have started after the allocation).
+- free: the block goes back to its allocation stream's pool, and the caching allocator may hand it to the next
+  allocation of that stream without waiting for other streams (unless they were given to record_stream, whose
+  events it waits for). So a free is not a hazard by itself: the hazard is the pool stream's next work (a kernel,
+  or a collective launched from it), which may reuse the block. The free keeps the storage's history (and the
+  clocks of the recorded streams as they stand now) as a pending free of the pool stream; that stream's next work
+  checks it, as a write of the whole block by the pool stream at that work, joined with the recorded streams'
+  clocks, and drops it. Free → synchronize (or a wait) → reuse is ordered; free → reuse on the pool stream with no
+  ordering is a FREE race, whose `later` is the free and whose `reuse` is that next work. Nothing can touch the
+  freed storage itself later (a new allocation at the same address starts a fresh history), so its shadow state
+  leaves `shadows` at the free. A free of a storage whose allocation was never seen is not checked (the detector
+  may have started after the allocation).
 
 Race kinds: FREE when the later access is a free; HOST when either access is by a host thread (host_access);
 otherwise RAW / WAR / WAW by (later, earlier) being (read, write) / (write, read) / (write, write).
@@ -39,6 +45,7 @@ from .clocks import Clocks, join
 from .shadow import MIXED, StorageShadow
 
 Ranges = Iterable  # of (storage, start, end)
+MAX_PENDING_FREES = 4096  # per pool stream; the oldest unchecked free is dropped past this
 
 
 @dataclass(slots=True, eq=False)
@@ -69,6 +76,18 @@ class Race:
     end: int
     earlier: Access
     later: Access
+    reuse: Optional[Access] = None  # FREE: the pool stream's next work after the free `later`, where it got real
+
+
+@dataclass(slots=True, eq=False)
+class PendingFree:
+    """A freed block whose pool stream has not worked since: its history, the recorded streams' clocks then."""
+
+    storage: int
+    shadow: StorageShadow
+    held: dict
+    free: Access
+    allocation: Allocation
 
 
 @dataclass(slots=True)
@@ -105,6 +124,7 @@ class Detector:
         self.seq = 0  # index of the next event
         # stream -> {thread: clocks.received[thread] at the thread's last full join into the stream} (kernel())
         self._joined_at: dict[str, dict[str, int]] = {}
+        self._pending_frees: dict[str, list[PendingFree]] = {}  # pool stream -> frees its next work checks
 
     # ---- streams, events, synchronization -------------------------------------------------------------------
     def stream_created(self, thread: str, stream: str) -> None:
@@ -168,6 +188,8 @@ class Detector:
                 joined = self._joined_at[stream] = {}
             joined[thread] = received
         sent[thread] += 1
+        if self._pending_frees and stream in self._pending_frees:
+            self._check_frees(stream, thread, clock, site, op, seq)
         if reads:
             self._access(Access(stream, thread, False, site, op, seq, clock[stream]), clock, reads)
         if writes:
@@ -188,7 +210,9 @@ class Detector:
         seq = self.seq
         self.seq = seq + 1
         clocks = self.clocks
-        clocks.send(thread, stream)
+        launched_from = clocks.send(thread, stream)
+        if self._pending_frees and stream in self._pending_frees:
+            self._check_frees(stream, thread, launched_from, site, op, seq)
         clock = clocks.send(stream, comm)
         if reads:
             self._access(Access(comm, thread, False, site, op, seq, clock[comm], stream), clock, reads)
@@ -213,6 +237,7 @@ class Detector:
         Bookkeeping, not an event: no sequence number."""
         self.shadows.clear()
         self.allocations.clear()
+        self._pending_frees.clear()
 
     def forget_work(self, work: int) -> None:
         """The runtime will never wait for `work` again (its one Work.wait() was reported): drop its clock.
@@ -240,27 +265,42 @@ class Detector:
     def free(self, thread: str, storage: int, site: int = -1) -> None:
         seq = self.seq
         self.seq = seq + 1
-        allocation = self.allocations.get(storage)
+        allocation = self.allocations.pop(storage, None)
         shadow = self.shadows.pop(storage, None)
         if allocation is None or allocation.stream is None or shadow is None:
-            self.allocations.pop(storage, None)
             return
         stream = allocation.stream
         if shadow.actor == stream:
-            del self.allocations[storage]
-            return  # the allocation stream's own history: its free is ordered after all of it
+            return  # the allocation stream's own history: its next work is ordered after all of it
         clocks = self.clocks
-        clock = dict(clocks.clock(stream))
-        join(clock, clocks.clock(thread))
+        held: dict = {}
         for recorded in allocation.recorded or ():
-            join(clock, clocks.clock(recorded))
-        access = Access(stream, thread, True, site, "free", seq, clock[stream])
-        try:
-            found = shadow.check_all(access, clock)
+            join(held, clocks.clock(recorded))
+        pending = PendingFree(storage, shadow, held, Access(stream, thread, True, site, "free", seq), allocation)
+        frees = self._pending_frees.setdefault(stream, [])
+        frees.append(pending)
+        if len(frees) > MAX_PENDING_FREES:  # a pool stream that never works again must not hold every block
+            del frees[0]
+
+    def _check_frees(self, stream: str, thread: str, clock: dict, site: int, op: str, seq: int) -> None:
+        """The pool stream's next work after frees of its blocks: each block may be reused here."""
+        reuse = Access(stream, thread, True, site, op, seq, clock[stream])
+        for pending in self._pending_frees.pop(stream):
+            at = dict(clock)
+            join(at, pending.held)
+            free = pending.free
+            free.clock = at[stream]
+            found = pending.shadow.check_all(free, at)
             if found:
-                self._report(storage, access, found)  # the allocation is still known while the race is reported
-        finally:
-            self.allocations.pop(storage, None)
+                storage = pending.storage
+                known = storage in self.allocations
+                if not known:  # the report may name the block's allocation site
+                    self.allocations[storage] = pending.allocation
+                try:
+                    self._report(storage, free, found, reuse)
+                finally:
+                    if not known:
+                        self.allocations.pop(storage, None)
 
     # ---- what the trace knows about names ---------------------------------------------------------------------
     def site(self, id: int, frames: list) -> None:  # noqa: A002 - the trace's field name
@@ -307,13 +347,13 @@ class Detector:
             for storage, found in found_by_storage.items():
                 self._report(storage, access, found)
 
-    def _report(self, storage: int, later: Access, found: list) -> None:
+    def _report(self, storage: int, later: Access, found: list, reuse: Access | None = None) -> None:
         """One Race per earlier access, spanning every byte range where the two met."""
         merged: dict[int, Race] = {}
         for earlier, start, end in found:
             race = merged.get(id(earlier))
             if race is None:
-                merged[id(earlier)] = Race(race_kind(earlier, later), storage, start, end, earlier, later)
+                merged[id(earlier)] = Race(race_kind(earlier, later), storage, start, end, earlier, later, reuse)
             else:
                 race.start = min(race.start, start)
                 race.end = max(race.end, end)

@@ -123,9 +123,20 @@ def race_finding(race: Race, names: Names) -> Finding:
     message = (f"{_verb(later)} of {names.storage(race)} by {_doer(later, names)} at {names.where(later.site)} is "
                f"not ordered after the {_verb(earlier)} by {_doer(earlier, names)} at {names.where(earlier.site)}")
     primary = names.location(later, ROLE_READ if not later.is_write else ROLE_WRITE)
+    related: tuple = ()
     if later.op == "free":
         primary = names.location(later, ROLE_FREE)
-    related = (
+    reuse = race.reuse
+    if reuse is not None:  # a FREE reported where the block can be reused: the pool stream's next work
+        message = (f"reuse of {names.storage(race)} by {names.actor(reuse.actor)} at {names.where(reuse.site)} "
+                   f"({reuse.op or 'its next work'}, the pool stream's next work after the free at "
+                   f"{names.where(later.site)}) is not ordered after the {_verb(earlier)} by "
+                   f"{_doer(earlier, names)} at {names.where(earlier.site)}: the caching allocator may hand the "
+                   f"block to this work while that {_verb(earlier)} still runs")
+        related = (names.location(later, ROLE_FREE, note=f"freed here by thread {later.thread}, without "
+                                  f"record_stream({earlier.actor})"),)
+        primary = names.location(reuse, ROLE_WRITE, note=f"{reuse.op} on {reuse.actor}: may reuse the freed block")
+    related += (
         names.location(earlier, ROLE_WRITE if earlier.is_write else ROLE_READ),
         names.location(earlier, ROLE_SYNC, note=f"the missing edge starts after this {_verb(earlier)}: "
                        f"{_waiter(later)} must wait for {earlier.actor} here"),
@@ -138,6 +149,8 @@ def race_finding(race: Race, names: Names) -> Finding:
         "earlier": _access_dict(earlier),
         "later": _access_dict(later),
     }
+    if reuse is not None:
+        extra["reuse"] = _access_dict(reuse)
     return Finding(rule=RULE_OF_KIND[race.kind], message=message, primary=primary, related=related, fix=fix,
                    kind=race.kind, symbol=frame[2] if frame else "", extra=extra)
 

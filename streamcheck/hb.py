@@ -10,8 +10,9 @@ with an edge from the last node of every actor (or event / work) it is ordered a
   N node; a blocking collective adds a node on S after it; work_wait adds an S node (and, blocking, a T node)
   after the remembered N node;
 - thread_start: a node on the child after the parent; thread_join: a node on the parent after the child;
-- host_access: a node on T; free: a node on no chain, after the allocation stream, the freeing thread and every
-  stream given to record_stream.
+- host_access: a node on T; free: pending until the allocation (pool) stream's next kernel or collective launch,
+  then a node on no chain after that work's node and after every stream given to record_stream as it stood at
+  the free (the block may be reused there: instrument/detector.py).
 Access A happens before access B iff there is a path from A's node to B's node.
 
 Which races (the same definition as instrument/detector.py, computed independently): for every access X (in trace
@@ -103,6 +104,7 @@ class HappensBefore:
         self._works: dict[int, int] = {}
         self._allocations: dict[int, tuple[str | None, set]] = {}
         self._history: dict[int, list[tuple[Access, int, int, int]]] = {}  # storage -> (access, node, start, end)
+        self._pending_frees: dict[str, list[tuple]] = {}  # pool stream -> (free event, history, recorded nodes)
 
     @classmethod
     def from_events(cls, events: Iterable[dict], find_races: bool = True) -> "HappensBefore":
@@ -142,6 +144,8 @@ class HappensBefore:
             actor = a["stream"] if name == "kernel" else a["thread"]
             after = [(self.last(a["thread"]), "enqueue")] if name == "kernel" else []
             node = self._node(actor, seq, a.get("op", "") or name, after)
+            if name == "kernel":
+                self._check_frees(actor, node, a, seq)
             self._accesses(node, actor, a["thread"], a, seq, "")
         elif name in ("stream_created", "event_record", "event_wait"):
             after = [(self.last(a["thread"]), "enqueue")]
@@ -166,6 +170,7 @@ class HappensBefore:
         elif name == "collective":
             launch = self._node(a["stream"], seq, f"launch {a.get('op', '') or 'collective'}",
                                 [(self.last(a["thread"]), "enqueue")])
+            self._check_frees(a["stream"], launch, a, seq)
             node = self._node(a["comm"], seq, a.get("op", "") or "collective", [(launch, "collective")])
             self._accesses(node, a["comm"], a["thread"], a, seq, a["stream"])
             if a.get("work") is not None:
@@ -209,21 +214,34 @@ class HappensBefore:
     def _free(self, a: dict, seq: int) -> None:
         storage = a["storage"]
         stream, recorded = self._allocations.pop(storage, (None, set()))
-        history = self._history.get(storage)
+        history = self._history.pop(storage, None)  # nothing can touch a freed block again: its history ends here
         if stream is not None and history:
-            after = [(self.last(stream), "free"), (self.last(a["thread"]), "free")]
-            after += [(self.last(r), "record_stream") for r in sorted(recorded)]
-            node = self._node(None, seq, "free", after)
+            held = [(self.last(r), "record_stream") for r in sorted(recorded)]
+            self._pending_frees.setdefault(stream, []).append((a, seq, storage, history, held))
+
+    def _check_frees(self, stream: str, work: int, a: dict, seq: int) -> None:
+        """The pool stream's next work after frees of its blocks: a FREE race where a block's history is unordered."""
+        for free, free_seq, storage, history, held in self._pending_frees.pop(stream, ()):
+            node = self._node(None, free_seq, "free", [(work, "reuse")] + held)
             self.graph.nodes[node]["actor"] = stream
-            self.access_nodes[(seq, stream)] = node
-            access = Access(stream, a["thread"], True, a.get("site", -1), "free", seq, 0, "")
+            self.access_nodes[(free_seq, stream)] = node
+            access = Access(stream, free["thread"], True, free.get("site", -1), "free", free_seq, 0, "")
+            reuse = Access(stream, a["thread"], True, a.get("site", -1), a.get("op", ""), seq, 0, "")
             touched: Intervals = []
             for _, _, start, end in history:
                 touched = _union(touched, [(start, end)])
             met: dict[tuple, Race] = {}
-            self._check(access, node, storage, touched, met)
+            saved, self._history[storage] = self._history.get(storage), history
+            try:
+                self._check(access, node, storage, touched, met)
+            finally:
+                if saved is None:
+                    self._history.pop(storage, None)
+                else:
+                    self._history[storage] = saved
+            for race in met.values():
+                race.reuse = reuse
             self._found.extend(met.values())
-        self._history.pop(storage, None)  # nothing can touch a freed block again: its history ends here
 
     def _check(self, access: Access, node: int, storage: int, bytes_: Intervals, met: dict) -> None:
         """Races of `access` (at `node`) on `bytes_` of `storage`, merged into `met` by earlier access."""

@@ -58,6 +58,7 @@ def _finding(build):
     d = Detector()
     d.site(1, [["/src/model.py", 10, "forward"]])
     d.site(2, [["/src/model.py", 20, "backward"], ["/src/train.py", 5, "main"]])
+    d.site(3, [["/src/model.py", 30, "step"]])
     d.stream_name(S1, "side stream")
     build(d)
     (race,) = d.races
@@ -79,10 +80,14 @@ def test_free_race_is_sc202():
         d.alloc(1, 8, S0, site=1)
         d.kernel("T", S1, reads=[(1, 0, 8)], site=1, op="mul")
         d.free("T", 1, site=2)
+        d.kernel("T", S0, writes=[(2, 0, 8)], site=3, op="add")  # the pool stream's next work: the reuse
 
     finding = _finding(build)
-    assert (finding.rule, finding.kind, finding.primary.role, finding.primary.line) == ("SC202", "FREE", "free", 20)
-    assert finding.related[0].role == "read"
+    assert (finding.rule, finding.kind, finding.primary.role, finding.primary.line) == ("SC202", "FREE", "write", 30)
+    assert [(loc.role, loc.line) for loc in finding.related] == [("free", 20), ("read", 10), ("sync", 10)]
+    assert finding.message.startswith("reuse of storage 0x1 bytes [0, 8) by cuda:0/s0 at model.py:30 (add, the "
+                                      "pool stream's next work after the free at model.py:20) is not ordered after "
+                                      "the read by cuda:0/s1 (side stream) at model.py:10")
     assert finding.fix.startswith("call record_stream(cuda:0/s1) on the tensor before it is freed at model.py:20")
 
 

@@ -91,9 +91,11 @@ def test_free_witness_and_dot(tmp_path):
         t.alloc(1, 64, S0)
         t.kernel("T", S1, reads=[(1, 0, 64)], site=7, op="side read")
         t.free("T", 1)
+        t.kernel("T", S0, writes=[(2, 0, 64)], op="next work")  # the pool stream's next work may reuse block 1
     hb = HappensBefore.from_events(read_trace(path))
     (race,) = hb.races()
     assert (race.kind, race.earlier.op, race.later.op, race.later.actor) == ("FREE", "side read", "free", S0)
+    assert (race.reuse.actor, race.reuse.op, race.reuse.seq) == (S0, "next work", 4)
     witness = hb.witness(race)
     assert hb.graph.nodes[witness.later_node]["label"] == "free"
     dot = hb.witness_dot(witness)

@@ -277,16 +277,58 @@ def test_21_free_without_record_stream(record_stream, reused):
     if record_stream:
         p.d.record_stream(1, s(1))
     p.d.free(T0, 1, site=-1)
-    if reused:  # the caching allocator hands the block to the next allocation on s0
+    assert p.races() == []  # the free alone: nothing can reuse the block yet
+    if reused:  # the pool stream's next work: the caching allocator may hand the block to it
         p.d.alloc(1, SIZE, s(0), site=-1)
         p.write(0, 1)
-    if record_stream:
+    if record_stream or not reused:
         assert p.races() == []
     else:
         assert p.races() == [("FREE", "read s1 t1", "free")]
         race = p.d.races[0]
         assert (race.later.actor, race.later.thread, race.earlier.actor) == (s(0), T0, s(1))
         assert (race.start, race.end) == (0, SIZE)
+        assert (race.reuse.actor, race.reuse.op) == (s(0), "write s0 t1")  # reported where it became real
+
+
+def test_21_any_next_work_of_the_pool_stream_can_reuse_the_block():
+    p = Program()
+    p.d.alloc(1, SIZE, s(0))
+    p.read(1, 1)
+    p.d.free(T0, 1)
+    p.write(0, 2)  # another tensor: the allocator may still have handed block 1 to this work's outputs
+    assert p.races() == [("FREE", "read s1 t1", "free")]
+    assert p.d.races[0].reuse.op == "write s0 t2"
+    p.write(0, 3)  # checked once: the pending free is gone
+    assert len(p.d.races) == 1
+
+
+@pytest.mark.parametrize("order", ["synchronize", "device synchronize", "wait_stream"])
+def test_21_free_then_ordering_then_reuse_is_clean(order):
+    """free -> synchronize (or a wait of the pool stream) -> reuse: no reuse can overlap the foreign read."""
+    p = Program()
+    p.d.alloc(1, SIZE, s(0))
+    p.read(1, 1)
+    p.d.free(T0, 1)
+    if order == "synchronize":
+        p.d.sync_stream(T0, s(1))
+    elif order == "device synchronize":
+        p.d.sync_device(T0, 0)
+    else:
+        p.wait_stream(0, 1)  # ZeRO-2's reduction stream waits for the compute stream before its next use
+    p.d.alloc(1, SIZE, s(0))
+    p.write(0, 1)
+    assert p.races() == []
+
+
+def test_21_a_collective_launched_from_the_pool_stream_is_its_next_work():
+    p = Program()
+    p.d.alloc(1, SIZE, s(0))
+    p.read(1, 1)
+    p.d.free(T0, 1, site=-1)
+    p.d.collective(T0, s(0), NCCL, reads=[(2, 0, SIZE)], op="all_reduce")
+    assert p.races() == [("FREE", "read s1 t1", "free")]
+    assert p.d.races[0].reuse.op == "all_reduce"
 
 
 def test_21b_free_after_a_wait_is_ordered():
