@@ -14,6 +14,10 @@ since it holds the collective's tensors and CUDA events; its clock is then forgo
 current stream at once (torch waits for it before returning). The group also keeps the collective's tensors from
 being reused while its stream may still use them, so each of their blocks gets the NCCL stream as a recorded
 stream (freeing an all-gather input right after the call is safe).
+
+Waits done without `Work.wait()` in Python (the DDP reducer in C++, CUDA futures from `work.get_future()`, their
+`.then()` callbacks) block on CUDA events recorded on the group's internal stream inside the collective op; the
+GPU trace reports those events with the raw stream handle, which `_on_comm_stream` ties to the comm actor.
 """
 
 from __future__ import annotations
@@ -146,12 +150,27 @@ class CollectiveHooks:
                 for base in {rng[0] for rng in read_ranges} | {rng[0] for rng in write_ranges}:
                     calls.append(("record_stream", (base, comm)))
                 if deferred:
-                    calls.extend(deferred)
+                    calls.extend(self._on_comm_stream(deferred, stream, comm))
                 rec.emit_now(calls)
             elif deferred:
                 rec.emit_now(deferred)
         except Exception as exc:  # noqa: BLE001
             rec.fail(exc)
+
+    def _on_comm_stream(self, deferred: list, stream: str, comm: str) -> list:
+        """The callbacks fired inside the collective, with the group's internal stream named as the comm actor.
+
+        An event recorded or waited inside the op on a stream other than the launching one is on the group's NCCL
+        stream: its wait for the launching stream, the work's end event, the events of `work.get_future()`. Tying
+        that stream's handle to the comm actor makes every later wait on those events order the waiter after the
+        collective: the DDP reducer's C++ waits, `Future.wait()` / `.then()`, c10d's coalesced ops."""
+        tied = []
+        for method, args in deferred:
+            if method in ("event_record", "event_wait") and args[2] != stream and args[2].startswith("cuda:"):
+                self.recorder.alias_stream(args[2], comm)
+                args = (args[0], args[1], comm)
+            tied.append((method, args))
+        return tied
 
     def _group_name(self, group: Any) -> str:
         if group is None:

@@ -132,6 +132,13 @@ class Recorder:
             path, line, function = frames[0]
             self.emit("stream_name", actor, f"first used at {path.rsplit('/', 1)[-1]}:{line} in {function}")
 
+    def alias_stream(self, actor: str, alias: str) -> None:
+        """From now on the raw stream behind `actor` ("cuda:<dev>/s<handle>") is `alias` (a group's NCCL stream)."""
+        head, _, handle = actor.partition("/s")
+        device = int(head[5:])
+        self._stream_names.setdefault(device, {})[int(handle)] = alias
+        self._device_of_handle[int(handle)] = device
+
     def stream_actor_of_handle(self, handle: int) -> str:
         """For trace callbacks, which report a raw stream handle without its device.
 

@@ -1,4 +1,4 @@
-"""Scenarios 1-27 of SCENARIOS.md on the online detector's core: exact count, kind and accesses of every race.
+"""Scenarios 1-32 of SCENARIOS.md on the online detector's core: exact count, kind and accesses of every race.
 
 Each access carries an `op` label naming it ("read s1 t1"), so a race is asserted as (kind, earlier label, later
 label). Streams are "cuda:0/s<i>", the host thread is "T0", tensors are whole 64-byte storages unless a scenario
@@ -434,3 +434,41 @@ def test_27_hpz_read_in_a_backward_hook(fix):
     else:
         assert p.races() == [("RAW", "sec.copy_(src)", "all_gather(sec)")]
         assert p.d.races[0].later.thread == "T_autograd"
+
+
+# ---- orderings real frameworks rely on (30-33), at the model level --------------------------------------------------
+@pytest.mark.parametrize("handoff", [True, False])
+def test_30_host_handoff_orders_the_threads(handoff):
+    """T1 writes pinned h (pin_memory), hands it over; T2 enqueues the H2D copy from it. A queue's put -> get is an
+    event recorded on T1's clock and synchronized by T2 (instrument/threads.py)."""
+    p = Program()
+    p.d.thread_start(T0, "T1")
+    p.d.thread_start(T0, "T2")
+    p.d.host_access("T1", writes=[(PINNED, 0, SIZE)], op="pin_memory on T1")
+    if handoff:
+        p.d.event_record("T1", -1, "T1")  # queue.put
+        p.d.sync_event("T2", -1)  # queue.get
+    p.d.kernel("T2", s(0), reads=[(PINNED, 0, SIZE)], writes=[(DEVICE, 0, SIZE)], op="H2D on T2")
+    assert p.races() == ([] if handoff else [("HOST", "pin_memory on T1", "H2D on T2")])
+
+
+@pytest.mark.parametrize("blocked", [True, False])
+def test_31_collective_waited_through_its_end_event(blocked):
+    p = Program()
+    p.d.collective(T0, s(0), NCCL, writes=[(1, 0, SIZE)], async_op=True, work=1, op="allreduce")
+    p.d.event_record(T0, 7, NCCL)  # the work's end event, on the group's stream (inside the op)
+    if blocked:
+        p.d.event_wait(T0, 7, s(0))  # the reducer blocks the current stream on it, in C++
+    p.read(0, 1)
+    assert p.races() == ([] if blocked else [("RAW", "allreduce", "read s0 t1")])
+
+
+def test_32_future_wait_on_a_side_stream_orders_only_that_stream():
+    p = Program()
+    p.d.collective(T0, s(0), NCCL, writes=[(1, 0, SIZE)], async_op=True, work=1, op="allreduce")
+    p.d.event_record(T0, 8, NCCL)  # the future's event, recorded when the work marked it completed
+    p.d.event_wait(T0, 8, s(1))  # with side: fut.wait()
+    p.read(1, 1)
+    assert p.races() == []
+    p.read(2, 1)
+    assert p.races() == [("RAW", "allreduce", "read s2 t1")]

@@ -196,3 +196,47 @@ def test_a_work_dropped_unwaited_is_not_kept_alive_and_its_clock_is_forgotten(mo
         dist.destroy_process_group()
     assert detector.clocks.of_work == {}
     assert hooks.pending == {}
+
+
+@pytest.mark.parametrize("waited", [True, False])
+def test_events_on_the_group_stream_inside_a_collective_order_later_waits_after_it(monkeypatch, waited):
+    """Scenarios 31-32: the NCCL stream's events fired inside the collective (its wait for the launching stream, the
+    work's end event, the future's event) are the comm actor's; a C++ wait on one of them (the DDP reducer,
+    `fut.wait()`) orders the waiting stream after the collective, like Work.wait(). NCCL_STREAM stands for the
+    group's internal stream handle, fired as torch's GPU trace fires it."""
+    from streamcheck.instrument.detector import Detector
+
+    NCCL_STREAM, START, END = 0xAB, 11, 12
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    detector = Detector()
+    rec = Recorder(detector)
+    rec.current_raw_stream = lambda device: 0
+    rec.current_device = lambda: 0
+    monkeypatch.setattr(cuda_trace, "_active", rec)
+    hooks = CollectiveHooks(rec, lambda: OnDeviceZero(PinnedMemory(cuda_available=False)))
+    original_after = hooks.after
+
+    def after_with_callbacks_inside(token, out):  # still inside the op: the recorder holds these back
+        cuda_trace._event_recorded(rec, START, 0)
+        cuda_trace._event_waited(rec, START, NCCL_STREAM)
+        cuda_trace._event_recorded(rec, END, NCCL_STREAM)
+        original_after(token, out)
+
+    monkeypatch.setattr(hooks, "after", after_with_callbacks_inside)
+    hooks.install()
+    try:
+        t = torch.ones(8)
+        with StreamcheckMode(rec, {}, PinnedMemory(cuda_available=False), hooks):
+            dist.all_reduce(t, async_op=True)  # the work is dropped: only the C++ side waits
+        if waited:
+            cuda_trace._event_waited(rec, END, 0)  # endEvent->block(currentStream), from C++
+        base = t.untyped_storage().data_ptr()
+        detector.kernel(thread(), "cuda:0/s0", reads=[(base, 0, 32)], op="read t on s0")
+    finally:
+        hooks.uninstall()
+        dist.destroy_process_group()
+    assert rec.stream_actor_of_handle(NCCL_STREAM) == "nccl:0/0"
+    races = [(r.kind, r.earlier.op, r.later.op) for r in detector.races]
+    assert races == ([] if waited else [("RAW", "c10d::allreduce_", "read t on s0")])
