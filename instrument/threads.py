@@ -5,6 +5,7 @@ a mode itself. `Thread.start` is wrapped: the new thread's `run` is replaced (on
 override `run` are covered too) by one that waits until the parent has reported `thread_start(parent, child)` with
 the child's real ident, enters its own mode, and runs. `Thread.join` reports `thread_join(parent, child)` once the
 child has ended. Joining orders host work only: GPU work the child enqueued stays unordered until a stream waits.
+Handoffs between running threads (queue.Queue, Event, Condition, Barrier) are edges too: instrument/handoffs.py.
 
 The autograd engine runs backward on its own threads, which do see the mode of the thread that called backward().
 `torch.autograd._engine_run_backward` is wrapped so that every engine thread first seen during a backward() starts
@@ -16,6 +17,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable
 
+from .handoffs import install_handoffs
 from .recorder import Recorder
 
 
@@ -68,6 +70,7 @@ class ThreadHooks:
 
         self._patch(threading.Thread, "start", start)
         self._patch(threading.Thread, "join", join)
+        install_handoffs(rec, self._patch)  # queues, events, conditions, barriers (instrument/handoffs.py)
 
         import torch.autograd
 
