@@ -12,6 +12,9 @@ Keys (all optional):
     sync-callables    extra callables that order streams (e.g. "my_accel.barrier_streams")
     generic-attributes extra attribute names too common to pair a write and a read by name alone ("payload")
     max-file-size-kb  files larger than this are skipped with a notice (generated code); default 1024
+    respect-gitignore leave out what .gitignore ignores when walking folders; default true
+    force-exclude     apply the excludes to files named on the command line too; default false (a file named
+                      explicitly is scanned even inside an excluded folder)
 
 A glob without "/" matches any single path component ("build", "*_pb2.py"); a glob with "/" matches the path
 relative to the project root ("src/gen/*"). An unknown key or a value of the wrong type is a ConfigError, which
@@ -63,6 +66,8 @@ class ScanConfig:
     sync_callables: tuple[str, ...] = ()
     generic_attributes: tuple[str, ...] = ()
     max_file_size_kb: int = DEFAULT_MAX_FILE_SIZE_KB
+    respect_gitignore: bool = True
+    force_exclude: bool = False
     # (source, key, code) of every rule code given in select / ignore / per-file-ignores, so that a code no rule
     # has can be reported naming where it came from once the rule ids are known (check_rule_codes).
     code_origins: tuple[tuple[str, str, str], ...] = field(default=(), compare=False)
@@ -145,6 +150,8 @@ _KEYS: dict[str, tuple[str, str]] = {
     "sync-callables": ("sync_callables", "strings"),
     "generic-attributes": ("generic_attributes", "strings"),
     "max-file-size-kb": ("max_file_size_kb", "positive int"),
+    "respect-gitignore": ("respect_gitignore", "bool"),
+    "force-exclude": ("force_exclude", "bool"),
 }
 
 
@@ -275,6 +282,10 @@ def check_rule_codes(config: ScanConfig, known: set[str] | tuple[str, ...], runt
 
 
 def _convert(source: str, key: str, kind: str, value: Any) -> Any:
+    if kind == "bool":
+        if not isinstance(value, bool):
+            raise ConfigError(source, key, f"must be true or false, not {value!r}")
+        return value
     if kind == "positive int":
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise ConfigError(source, key, f"must be a positive integer, not {value!r}")

@@ -77,8 +77,8 @@ class FolderProblem:
 def discover(paths: list[str], config: ScanConfig, problems: list[FolderProblem] | None = None) -> list[SourceFile]:
     """The Python files under `paths`, excluded ones left out, each once, in a stable order.
 
-    A file named explicitly is scanned whatever its suffix, unless excluded (so pre-commit's file lists obey the
-    project's excludes too). Raises MissingPath for a path that does not exist at all. Folders that cannot be
+    A file named explicitly is scanned whatever its suffix and even when excluded, unless `force-exclude` is set
+    (as ruff does). Folders walk without what .gitignore ignores (`respect-gitignore`). Raises MissingPath for a path that does not exist at all. Folders that cannot be
     listed are appended to `problems`.
     """
     found: dict[str, SourceFile] = {}
@@ -91,7 +91,8 @@ def discover(paths: list[str], config: ScanConfig, problems: list[FolderProblem]
                 _add(found, disk_path, rel)
         else:  # a file, or a symlink that leads nowhere (reading it reports why)
             rel = config.relative(Path(given))
-            if not config.is_excluded(rel):
+            # Named on purpose: scanned even inside an excluded folder, unless force-exclude (for pre-commit).
+            if not (config.force_exclude and config.is_excluded(rel)):
                 _add(found, given, rel)
     return sorted(found.values(), key=lambda f: f.display)
 
@@ -114,12 +115,20 @@ def _walk(top: str, config: ScanConfig, problems: list[FolderProblem]):
         problems.append(FolderProblem(where, f"cannot list folder: {_os_error_text(exc).removeprefix('cannot read: ')}"
                                       "; its files were not scanned"))
 
+    ignored = frozenset()
+    if config.respect_gitignore:
+        from streamcheck.git_scope import ignored_paths
+
+        ignored = ignored_paths(top)
     for folder, dirnames, filenames in os.walk(top, onerror=unlistable, followlinks=False):
         rel_folder = config.relative(Path(folder))
         prefix = "" if rel_folder == "." else rel_folder + "/"
-        dirnames[:] = sorted(d for d in dirnames if not config.excludes_entry(d, prefix + d))
+        absolute = os.path.abspath(folder) if ignored else ""
+        dirnames[:] = sorted(d for d in dirnames if not config.excludes_entry(d, prefix + d)
+                             and not (ignored and os.path.join(absolute, d) in ignored))
         for name in sorted(filenames):
-            if name.endswith(PYTHON_SUFFIXES) and not config.excludes_entry(name, prefix + name):
+            if name.endswith(PYTHON_SUFFIXES) and not config.excludes_entry(name, prefix + name) \
+                    and not (ignored and os.path.join(absolute, name) in ignored):
                 yield os.path.join(folder, name), prefix + name
 
 

@@ -36,7 +36,7 @@ documentation of a rule: streamcheck explain SC101
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = EPILOG
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.add_argument("paths", nargs="*", default=["."], metavar="PATH", help="files or folders (default: .)")
+    parser.add_argument("paths", nargs="*", metavar="PATH", help="files or folders (default: .)")
     parser.add_argument("--format", choices=list(FORMATS), default="text", help="output format (default: text)")
     parser.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE instead of stdout")
     parser.add_argument("--exit-zero", action="store_true", help="exit 0 even when there are findings")
@@ -58,10 +58,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     rules.add_argument("--baseline", metavar="FILE", help="report only findings not in this baseline")
     rules.add_argument("--write-baseline", metavar="FILE", help="write all current findings to FILE and exit 0")
 
+    scope = parser.add_argument_group("changed code only (the analysis still covers the whole program)")
+    scope.add_argument("--diff-base", metavar="REF",
+                       help="report only findings whose primary or a related location is on a line changed since REF "
+                            "(committed, staged or not; untracked files count whole)")
+    scope.add_argument("--project", metavar="DIR",
+                       help="analyze DIR and report only findings touching the PATHs given (what the pre-commit hook "
+                            "does with the staged files)")
+
     files = parser.add_argument_group("what to read")
     files.add_argument("--exclude", action="append", metavar="GLOBS", help="replace the default excludes")
     files.add_argument("--extend-exclude", action="append", metavar="GLOBS", help="add to the excludes")
     files.add_argument("--max-file-size-kb", type=int, metavar="KB", help="skip larger files (default 1024)")
+    files.add_argument("--force-exclude", action="store_true", default=None,
+                       help="apply the excludes to files named on the command line too")
+    files.add_argument("--no-respect-gitignore", dest="respect_gitignore", action="store_false", default=None,
+                       help="also read files that .gitignore ignores")
 
     model = parser.add_argument_group("teach the scanner your codebase's own stream API")
     model.add_argument("--stream-context", dest="stream_contexts", action="append", metavar="CALLABLES",
@@ -87,7 +99,10 @@ def run(args: argparse.Namespace) -> int:
 
     from streamcheck.baseline import BaselineError, read_baseline, write_baseline
     from streamcheck.config import ConfigError, check_rule_codes, load_config, parse_per_file_ignores, split_csv
+    from streamcheck.git_scope import GitError
 
+    args.focus = list(args.paths) if args.project else None
+    args.paths = [args.project] if args.project else (args.paths or ["."])
     try:
         if args.jobs is not None and args.jobs < 1:
             raise ConfigError("command line", "--jobs", "must be at least 1")
@@ -98,6 +113,8 @@ def run(args: argparse.Namespace) -> int:
             "exclude": split_csv(args.exclude),
             "extend-exclude": split_csv(args.extend_exclude),
             "max-file-size-kb": args.max_file_size_kb,
+            "force-exclude": args.force_exclude,
+            "respect-gitignore": args.respect_gitignore,
             "stream-contexts": split_csv(args.stream_contexts),
             "collectives": split_csv(args.collectives),
             "sync-callables": split_csv(args.sync_callables),
@@ -120,7 +137,12 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"streamcheck scan: {exc}", file=sys.stderr)
         return EXIT_ERROR
-    scan_once = lambda: _scan(args, config, backend, baseline)  # noqa: E731
+    try:
+        keep = _scope_filter(args)
+    except GitError as exc:
+        print(f"streamcheck scan: --diff-base {args.diff_base}: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    scan_once = lambda: _scan(args, config, backend, baseline, keep)  # noqa: E731
     result = scan_once()
     if isinstance(result, int):
         return result
@@ -147,8 +169,29 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_CLEAN
 
 
-def _scan(args: argparse.Namespace, config, backend, baseline):
-    """One scan: its ScanResult, or the exit code of a failure (already reported)."""
+def _scope_filter(args: argparse.Namespace):
+    """--diff-base / --project: which findings to keep (None: all). Raises GitError for a bad revision."""
+    from streamcheck.git_scope import changed_lines, touches_changed_lines, touches_paths
+
+    tests = []
+    if args.diff_base:
+        changed = changed_lines(args.diff_base, args.paths[0] if os.path.isdir(args.paths[0]) else ".")
+        tests.append(lambda finding: touches_changed_lines(finding, changed))
+    if args.focus:
+        focus = list(args.focus)
+        tests.append(lambda finding: touches_paths(finding, focus))
+    return (lambda finding: all(test(finding) for test in tests)) if tests else None
+
+
+def _scan(args: argparse.Namespace, config, backend, baseline, keep=None):
+    """One scan: its ScanResult (only the findings `keep` accepts), or the exit code of a failure (reported)."""
+    result = _scan_all(args, config, backend, baseline)
+    if keep is not None and not isinstance(result, int):
+        result.findings = [finding for finding in result.findings if keep(finding)]
+    return result
+
+
+def _scan_all(args: argparse.Namespace, config, backend, baseline):
     from streamcheck import scanning
     from streamcheck.sources import MissingPath
 

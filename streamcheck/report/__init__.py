@@ -1,4 +1,5 @@
-"""Output formats shared by the scanner and the runtime detector: text, json, sarif, github.
+"""Output formats shared by the scanner and the runtime detector: text, concise, json, sarif, github, gitlab, junit,
+pylint.
 
 Every formatter takes the same inputs, a list of Findings and a ReportContext, and writes to a text stream. Nothing
 here knows whether a finding came from a static rule (SC1xx) or the runtime detector (SC2xx with a race kind and
@@ -14,7 +15,8 @@ from typing import Iterable, TextIO
 
 from streamcheck.findings import Finding
 
-FORMATS = {"text": "text", "json": "json_format", "sarif": "sarif", "github": "github"}
+FORMATS = {"text": "text", "concise": "concise", "json": "json_format", "sarif": "sarif", "github": "github",
+           "gitlab": "gitlab", "junit": "junit", "pylint": "pylint_format"}
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,7 @@ class ReportContext:
     color: bool = False  # text only: ANSI colours (the command decides: a terminal, no NO_COLOR)
     scope: str = ""  # what was checked, when not files (runtime reports: "2 ranks"); the text summary says it
     runtime_layout: bool = False  # text only: runtime races laid out by report/runtime_text.py (streamcheck report)
+    quiet: bool = False  # text, concise: findings only, no summary line (-q)
     root: str = ""  # sarif: the folder URIs are relative to; "" -> the git repository around the current folder
 
     def rule(self, rule_id: str) -> RuleInfo:

@@ -32,7 +32,8 @@ def write(findings: list[Finding], out: TextIO, context: ReportContext) -> None:
     console = make_console(out, context.color)
     for finding in findings:
         console.print(render(finding, context))
-    console.print(summary(findings, context))
+    if not context.quiet:
+        console.print(summary(findings, context))
 
 
 def make_console(out: TextIO, color: bool) -> Console:

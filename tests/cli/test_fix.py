@@ -15,14 +15,15 @@ from streamcheck.fixes import apply_fixes, derive_fix
 ROOT = Path(__file__).resolve().parents[2]
 UNSAFE_HINT = "; {} more with --unsafe-fixes (they block the host: a performance change)"
 
-# example -> (line of the inserted statement in the fixed file, the statement with its indentation, safe)
+# example -> (the inserted statement with its indentation, how the line after it starts, safe)
 EXPECTED = {
-    "async_collective": (17, "    work.wait()", True),
-    "backward_hook_hpz": (18, "        side.wait_stream(torch.cuda.current_stream())", True),
-    "free_without_record_stream": (16, "    t1.record_stream(side)", True),
-    "host_read_after_d2h": (13, "    torch.cuda.current_stream().synchronize()", False),
-    "pinned_overwrite_h2d": (10, "    torch.cuda.current_stream().synchronize()", False),
-    "hpz_race": (55, "        self.allgather_stream.wait_stream(torch.cuda.current_stream())", True),
+    "async_collective": ("    work.wait()", "total = t1.sum()", True),
+    "backward_hook_hpz": ("        side.wait_stream(torch.cuda.current_stream())", "with torch.cuda.stream(side):", True),
+    "free_without_record_stream": ("    t1.record_stream(side)", "del t1", True),
+    "host_read_after_d2h": ("    torch.cuda.current_stream().synchronize()", "total = h.sum()", False),
+    "pinned_overwrite_h2d": ("    torch.cuda.current_stream().synchronize()", "h.fill_(7.0)", False),
+    "hpz_race": ("        self.allgather_stream.wait_stream(torch.cuda.current_stream())",
+                 "with torch.cuda.stream(self.allgather_stream):", True),
 }
 # Racy examples the static rules do not report (their races are runtime-only shapes): nothing to fix statically.
 RUNTIME_ONLY = ("user_threads", "views_offset")
@@ -55,15 +56,16 @@ def test_fix_makes_each_racy_example_scan_clean(copy_of, capsys, example):
     folder = copy_of(example)
     racy, fixed = folder / "racy.py", folder / "fixed.py"
     before = racy.read_text(encoding="utf-8").splitlines()
-    line, statement, safe = EXPECTED[example]
+    statement, next_line, safe = EXPECTED[example]
     assert scan(capsys, f"{example}/racy.py")[0] == 1
 
     args = ["--fix"] if safe else ["--fix", "--unsafe-fixes"]
     assert scan(capsys, *args, example) == (
         0, "No findings in 2 files.\n", "streamcheck: fixed 1 finding in 1 file, 0 left\n")
     after = racy.read_text(encoding="utf-8").splitlines()
-    assert after[line - 1] == statement
-    assert after[:line - 1] + after[line:] == before  # one line inserted, nothing else touched
+    (line,) = [k for k in range(len(after)) if after[:k] + after[k + 1:] == before]  # one line inserted, no other
+    assert after[line] == statement
+    assert after[line + 1].strip().startswith(next_line)
     assert fixed.read_bytes() == (ROOT / "examples" / example / "fixed.py").read_bytes()
 
     # Idempotent: the fixed file has no finding, so a second --fix changes nothing.
@@ -84,22 +86,34 @@ def test_host_synchronize_fixes_need_unsafe_fixes(copy_of, capsys, example):
         0, "", "streamcheck: would fix 0 findings in 0 files" + UNSAFE_HINT.format(1) + "\n")
 
 
-def test_diff_prints_the_fix_and_changes_nothing(copy_of, capsys):
-    folder = copy_of("free_without_record_stream")
-    original = (folder / "racy.py").read_bytes()
-    assert scan(capsys, "--diff", "free_without_record_stream/racy.py") == (1, (
-        "--- a/free_without_record_stream/racy.py\n"
-        "+++ b/free_without_record_stream/racy.py\n"
-        "@@ -13,6 +13,7 @@\n"
-        "     side.wait_stream(torch.cuda.current_stream())\n"
+FREE_SOURCE = """\
+import torch
+
+
+def step(side):
+    t1 = torch.ones(4, device="cuda")
+    with torch.cuda.stream(side):
+        total = t1.sum()  # the use on the side stream
+    del t1
+    return total
+"""
+
+
+def test_diff_prints_the_fix_and_changes_nothing(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "free.py").write_text(FREE_SOURCE, encoding="utf-8")
+    assert scan(capsys, "--diff", "free.py") == (1, (
+        "--- a/free.py\n"
+        "+++ b/free.py\n"
+        "@@ -5,5 +5,6 @@\n"
+        "     t1 = torch.ones(4, device=\"cuda\")\n"
         "     with torch.cuda.stream(side):\n"
-        "         total = t1.sum()  # streamcheck: earlier\n"
+        "         total = t1.sum()  # the use on the side stream\n"
         "+    t1.record_stream(side)\n"
-        "     del t1  # streamcheck: race (freed while the side stream may still read it)\n"
-        "     reused = torch.zeros(1 << 20, device=\"cuda\")\n"
-        "     torch.cuda.synchronize()\n"),
+        "     del t1\n"
+        "     return total\n"),
         "streamcheck: would fix 1 finding in 1 file\n")
-    assert (folder / "racy.py").read_bytes() == original
+    assert (tmp_path / "free.py").read_text(encoding="utf-8") == FREE_SOURCE
 
 
 def _sc101(path="m.py", line=5, reader="self.side", writer=""):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -30,10 +29,11 @@ def test_the_schema_is_the_official_file_unmodified():
 @pytest.fixture
 def repo(tmp_path, monkeypatch):
     """A git repository holding a racy example under src/pkg/; the scan runs from src/."""
+    from .test_fix import FREE_SOURCE
+
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
-    shutil.copy(ROOT / "examples" / "free_without_record_stream" / "racy.py", tmp_path / "racy_free.py")
     (tmp_path / "src" / "pkg").mkdir(parents=True)
-    shutil.copy(ROOT / "examples" / "free_without_record_stream" / "racy.py", tmp_path / "src" / "pkg" / "racy.py")
+    (tmp_path / "src" / "pkg" / "racy.py").write_text(FREE_SOURCE, encoding="utf-8")
     monkeypatch.chdir(tmp_path / "src")
     return tmp_path
 
@@ -56,16 +56,16 @@ def test_scan_sarif_for_code_scanning(repo, capsys):
     assert result["message"]["text"] == (
         "`t1` is used on stream `side` and released by `del` with no `record_stream(side)` and no wait for `side`: "
         "the allocator may hand its memory to new work while the side stream still uses it "
-        "(see [read at line 15](1), [stream context at line 14](2))")
+        "(see [read at line 7](1), [stream context at line 6](2))")
     assert [(r["id"], r["message"]["text"]) for r in result["relatedLocations"]] == [
         (1, "read used on `side`"), (2, "stream context switches to `side`")]
     assert "Fix:" not in result["message"]["text"]
     assert result["properties"]["fix"].startswith("Call `t1.record_stream(side)`")
     assert result["fixes"] == [{
-        "description": {"text": "insert `t1.record_stream(side)` before line 16"},
+        "description": {"text": "insert `t1.record_stream(side)` before line 8"},
         "artifactChanges": [{
             "artifactLocation": {"uri": "src/pkg/racy.py", "uriBaseId": "%SRCROOT%"},
-            "replacements": [{"deletedRegion": {"startLine": 16, "startColumn": 1, "endLine": 16, "endColumn": 1},
+            "replacements": [{"deletedRegion": {"startLine": 8, "startColumn": 1, "endLine": 8, "endColumn": 1},
                               "insertedContent": {"text": "    t1.record_stream(side)\n"}}]}],
         "properties": {"safe": True}}]
     driver = run["tool"]["driver"]

@@ -53,15 +53,16 @@ def test_pre_commit_hook_runs_the_scan(tmp_path, monkeypatch, capsys, fake_backe
     hooks = yaml.safe_load((REPO / ".pre-commit-hooks.yaml").read_text())
     assert [h["id"] for h in hooks] == ["streamcheck"]
     hook = hooks[0]
-    assert (hook["language"], hook["pass_filenames"], hook["types_or"]) == ("python", False, ["python", "pyi"])
+    assert (hook["language"], hook["pass_filenames"], hook["types_or"]) == ("python", True, ["python", "pyi"])
     program, *args = hook["entry"].split()
     assert program == "streamcheck"  # the console script pyproject.toml installs
     monkeypatch.chdir(tmp_path)
     write_tree(tmp_path, {"m.py": "def f(x, y):\n    x.copy_(y)\n", "ok.py": "x = 1\n"})
-    assert main([*args, "--no-progress"]) == 1
+    assert main([*args, "--no-progress", "m.py"]) == 1  # pre-commit appends the files it checks
     assert "m.py:2:5: SC101" in capsys.readouterr().out
+    assert main([*args, "--no-progress", "ok.py"]) == 0  # a finding elsewhere does not fail a commit of ok.py
     (tmp_path / "m.py").write_text("x = 2\n")
-    assert main([*args, "--no-progress"]) == 0
+    assert main([*args, "--no-progress", "m.py"]) == 0
 
 
 def test_scan_and_explain_commands_start_without_libcst_or_networkx():

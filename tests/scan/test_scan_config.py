@@ -73,10 +73,13 @@ def test_a_folder_named_on_purpose_is_scanned_inside_an_excluded_one(project, ca
     assert positions(doc) == [("SC101", ".venv/lib/site-packages/dep/m.py", 2, 5)]
 
 
-def test_explicit_files_obey_excludes_as_pre_commit_passes_them(project, capsys):
+def test_explicit_files_obey_excludes_with_force_exclude(project, capsys):
     _pyproject(project, 'extend-exclude = ["gen"]\n')
-    code, doc, _ = scan_json(capsys, "--no-cache", "gen/out.py", "pkg/a.py")
+    code, doc, _ = scan_json(capsys, "--no-cache", "--force-exclude", "gen/out.py", "pkg/a.py")
     assert positions(doc) == [("SC101", "pkg/a.py", 2, 5)]
+    # Without it a file named on purpose is scanned even inside an excluded folder (as ruff does).
+    code, doc, _ = scan_json(capsys, "--no-cache", "gen/out.py", "pkg/a.py")
+    assert positions(doc) == [("SC101", "gen/out.py", 2, 5), ("SC101", "pkg/a.py", 2, 5)]
 
 
 def test_model_options_reach_the_rules_options(project):
