@@ -24,6 +24,7 @@ import gzip
 import io
 import json
 import threading
+import zlib
 from pathlib import Path
 from typing import IO, Any, Iterable, Iterator
 
@@ -174,8 +175,81 @@ def _ranges(ranges: Iterable) -> list:
     return [list(r) for r in ranges]
 
 
-def read_trace(source: str | Path | IO[str]) -> Iterator[dict]:
-    """Yield the events of a trace, the header first. Raises TraceError with file and line on bad input."""
+# Field types every reader checks, so that a damaged or foreign line is one bad line, never a TypeError deep in a
+# consumer (the detector, hb.py, the report's namer). ids are hashable scalars; the rest as the writer writes them.
+_STR, _INT, _ID, _BOOL, _RANGES, _FRAMES = "a string", "an integer", "an integer or a string", "true or false", \
+    "a list of [storage, start, end]", "a list of [file, line, function]"
+_FIELD_TYPES = {
+    "thread": _STR, "stream": _STR, "comm": _STR, "parent": _STR, "child": _STR, "op": _STR, "name": _STR,
+    "size": _INT, "device": _INT, "site": _INT,
+    "event": _ID, "storage": _ID, "work": _ID, "id": _ID,
+    "async_op": _BOOL, "blocking": _BOOL,
+    "reads": _RANGES, "writes": _RANGES, "frames": _FRAMES,
+}
+
+
+def _is_ranges(value: Any) -> bool:
+    if value.__class__ is not list:
+        return False
+    for r in value:
+        if r.__class__ is not list or len(r) != 3 or r[1].__class__ is not int or r[2].__class__ is not int \
+                or r[0].__class__ not in _ID_TYPES:
+            return False
+    return True
+
+
+_ID_TYPES = (int, str)
+_CHECKS = {
+    _STR: lambda v: v.__class__ is str,
+    _INT: lambda v: v.__class__ is int,
+    _ID: lambda v: v.__class__ in _ID_TYPES,
+    _BOOL: lambda v: v.__class__ is bool,
+    _RANGES: _is_ranges,
+    _FRAMES: lambda v: v.__class__ is list and all(frame.__class__ is list for frame in v),
+}
+# event name -> (required keys, ((key, null is wrong, check, expected), ...)), built once: this runs on every line of a trace
+_SCHEMA = {
+    name: (required, tuple((key, key in required and key != "work", _CHECKS[_FIELD_TYPES[key]], _FIELD_TYPES[key])
+                           for key in required + optional if key in _FIELD_TYPES))
+    for name, (required, optional) in EVENTS.items()
+}
+
+
+def check_event(event: dict) -> str:
+    """Why a known event cannot be replayed (a required field missing, a field of the wrong type), or ""."""
+    name = event["e"]
+    required, fields = _SCHEMA[name]
+    for key in required:
+        if key not in event:
+            return f"{name!r} lacks {', '.join(k for k in required if k not in event)}"
+    for key, not_null, check, expected in fields:
+        value = event.get(key)
+        if value is None and not not_null:
+            continue  # an optional field left out, or work=None (a collective without a handle)
+        if not check(value):
+            return f"{name!r} field {key!r} must be {expected}, not {_json_type(value)}"
+    return ""
+
+
+def _json_type(value: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "true/false", type(None): "null",
+            float: "a number", int: "an integer"}.get(type(value), type(value).__name__)
+
+
+# What a lenient reader yields for a line it had to skip: an event no consumer knows, so that it keeps its index
+# (Access.seq of the events after it stays the trace index) and is counted among the skipped events.
+UNREADABLE = "unreadable_line"
+
+
+def read_trace(source: str | Path | IO[str], problems: list[str] | None = None) -> Iterator[dict]:
+    """Yield the events of a trace, the header first.
+
+    The first non-blank line must be a streamcheck-trace header of a version this reader knows: otherwise
+    TraceError, always. A later bad line (not UTF-8, not JSON, nested too deep, not an event object, a known event
+    with a missing or mistyped field, the cut-off end of a killed run) raises TraceError naming file and line; or,
+    given a `problems` list, is appended there as "file:line: why", yielded as an UNREADABLE placeholder, and
+    reading goes on.
+    """
     if isinstance(source, (str, Path)):
         path = Path(source)
         name = str(path)
@@ -184,42 +258,93 @@ def read_trace(source: str | Path | IO[str]) -> Iterator[dict]:
         except OSError as exc:
             raise TraceError(f"{name}: cannot open: {exc.strerror or exc}") from None
         with raw:
-            magic = raw.read(2)
-            raw.seek(0)
-            binary = gzip.GzipFile(fileobj=raw) if magic == b"\x1f\x8b" else raw
-            text = io.TextIOWrapper(binary, encoding="utf-8")
-            yield from _parse(text, name)
-    else:
-        yield from _parse(source, getattr(source, "name", "<trace>"))
-
-
-def _parse(lines: Iterable[str], name: str) -> Iterator[dict]:
-    number = 0
-    try:
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
             try:
-                event = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise TraceError(f"{name}:{number}: not JSON ({exc.msg})") from None
-            if not isinstance(event, dict) or not isinstance(event.get("e"), str):
-                raise TraceError(f"{name}:{number}: expected an object with an \"e\" key")
-            if number == 1:
-                _check_header(event, name)
+                magic = raw.read(2)
+                raw.seek(0)
+            except OSError as exc:
+                raise TraceError(f"{name}: cannot read: {exc.strerror or exc}") from None
+            binary = gzip.GzipFile(fileobj=raw) if magic == b"\x1f\x8b" else raw
+            yield from _parse(binary, name, problems)
+    else:
+        yield from _parse(source, getattr(source, "name", "<trace>"), problems)
+
+
+def _parse(lines: Iterable, name: str, problems: list[str] | None) -> Iterator[dict]:
+    """Lines (bytes from a file, or str) -> events; see read_trace."""
+    number = 0
+    header_seen = False
+    iterator = iter(lines)
+    while True:
+        try:
+            line = next(iterator)
+        except StopIteration:
+            break
+        except (OSError, EOFError, zlib.error, UnicodeDecodeError) as exc:  # a gzip trace cut short, a bad disk
+            why = f"unreadable after line {number} ({exc})"
+            if problems is None or not header_seen:
+                raise TraceError(f"{name}:{number + 1}: {why}") from None
+            problems.append(f"{name}:{number + 1}: {why}; the events before it are kept")
+            break
+        number += 1
+        event, why = _event_of(line)
+        if event is None and why == "":
+            continue  # a blank line
+        if not header_seen:
+            if event is None:
+                raise TraceError(f"{name}:{number}: {why}: not a streamcheck trace (the first line must be a "
+                                 f"{FORMAT} header)")
+            _check_header(event, name, number)
+            header_seen = True
             yield event
-    except (UnicodeDecodeError, OSError, EOFError) as exc:
-        raise TraceError(f"{name}:{number + 1}: unreadable ({exc})") from None
-    if number == 0:
+            continue
+        if event is not None and event["e"] in EVENTS:
+            why = check_event(event)
+            if why:
+                why, event = f"bad event: {why}", None
+        if event is None:
+            if _unfinished(line):
+                why = "truncated last line (was the run killed?)"
+            if problems is None:
+                raise TraceError(f"{name}:{number}: {why}")
+            problems.append(f"{name}:{number}: {why}, skipped")
+            event = {"e": UNREADABLE, "line": number}
+        yield event
+    if not header_seen:
         raise TraceError(f"{name}: empty file, expected a streamcheck trace header")
 
 
-def _check_header(event: dict, name: str) -> None:
+def _event_of(line: bytes | str) -> tuple[dict | None, str]:
+    """(event, "") for a good line, (None, "") for a blank one, (None, why) for a bad one."""
+    if isinstance(line, bytes):
+        try:
+            line = line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return None, f"not UTF-8 (byte 0x{line[exc.start]:02x} at column {exc.start + 1})"
+    if not line.strip():
+        return None, ""
+    try:
+        event = json.loads(line)
+    except ValueError as exc:
+        return None, f"not JSON ({getattr(exc, 'msg', exc)})"
+    except RecursionError:
+        return None, "not JSON this reader can take (nested too deep)"
+    if not isinstance(event, dict) or not isinstance(event.get("e"), str):
+        return None, 'expected an object with an "e" key'
+    return event, ""
+
+
+def _unfinished(line: bytes | str) -> bool:
+    return not (line.endswith(b"\n") if isinstance(line, bytes) else line.endswith("\n"))
+
+
+def _check_header(event: dict, name: str, number: int = 1) -> None:
     if event.get("e") != "header" or event.get("format") != FORMAT:
-        raise TraceError(f"{name}:1: not a streamcheck trace (the first line must be a {FORMAT} header)")
+        raise TraceError(f"{name}:{number}: not a streamcheck trace (the first line must be a {FORMAT} header)")
     version = event.get("version")
-    if not isinstance(version, int) or version > VERSION:
-        raise TraceError(f"{name}:1: trace format version {version!r} is newer than this streamcheck "
+    if type(version) is not int or version < 1:
+        raise TraceError(f"{name}:{number}: trace header has no valid format version ({version!r})")
+    if version > VERSION:
+        raise TraceError(f"{name}:{number}: trace format version {version!r} is newer than this streamcheck "
                          f"(reads up to {VERSION})")
 
 
@@ -235,11 +360,12 @@ def event_arguments(event: dict, line: int | str = "?") -> dict:
     return {key: event[key] for key in required + optional if key in event}
 
 
-def replay(events: Iterable[dict], detector: Any) -> dict:
+def replay(events: Iterable[dict], detector: Any, problems: list[str] | None = None) -> dict:
     """Feed a trace's events to `detector` (a Detector or anything with its methods), in order.
 
     Returns the header. `detector.seq` is set to each event's index so that Access.seq is the trace index even
-    where unknown events are skipped. Bad events raise TraceError naming the event index.
+    where unknown events are skipped. A bad event raises TraceError naming the event index; or, given a `problems`
+    list, is appended there and skipped (keeping its index), and the replay goes on.
     """
     header: dict = {}
     index = 0
@@ -252,12 +378,18 @@ def replay(events: Iterable[dict], detector: Any) -> dict:
                 detector.header = event
             continue
         if name in EVENTS:
-            args = event_arguments(event, index)
-            detector.seq = index
             try:
-                getattr(detector, name)(**args)
-            except (TypeError, ValueError, KeyError, AttributeError) as exc:
-                raise TraceError(f"event {index} ({name}): bad arguments: {exc}") from None
+                args = event_arguments(event, index)
+                detector.seq = index
+                try:
+                    getattr(detector, name)(**args)
+                except (TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
+                    raise TraceError(f"event {index} ({name}): bad arguments: {exc}") from None
+            except TraceError as exc:
+                if problems is None:
+                    raise
+                problems.append(f"{exc}, skipped")
+                skipped += 1
         else:
             skipped += 1
         index += 1

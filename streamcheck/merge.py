@@ -12,7 +12,14 @@ A directory contributes its `*.jsonl` and `*.jsonl.gz` files (not recursively).
 
 Merged finding = the first one seen (lowest rank) with `count` summed over every run, and in `extra`: `ranks` (sorted),
 `counts_by_rank` ({rank: count}) and `steps` (the union of the runs' `steps` lists, when the runtime recorded them).
-A job that was killed leaves a truncated last line: it is reported as a warning and the rest is kept.
+Findings are one when their fingerprint and their lines agree: the fingerprint alone (made to survive edits that
+move code, for baselines) would fold distinct races on lines of the same text into one.
+
+Damage is never fatal and never silent: a truncated last line (a killed job), a line that is not JSON or not a
+finding (fields of the wrong type included), a trace line that cannot be replayed, a trace whose header is foreign
+or too new: each is a warning naming file and line, the rest is kept, and `damaged` is set, so that the report's
+exit code cannot say "clean" about input it could not fully read. Inputs of the same rank (two traces, two
+findings files) are all kept and said in a warning.
 """
 
 from __future__ import annotations
@@ -53,6 +60,12 @@ class MergedReport:
     errors: list[str] = field(default_factory=list)  # instrumentation errors the runs reported
     warnings: list[str] = field(default_factory=list)  # lines or files left out, and why
     files: list[Path] = field(default_factory=list)
+    damaged: bool = False  # some input of ours could not be read in full (see warnings)
+    all_traces: list[TraceInput] = field(default_factory=list)  # `traces` keeps the first of each rank
+
+    def damage(self, warning: str) -> None:
+        self.warnings.append(warning)
+        self.damaged = True
 
     def trace_for(self, finding: Finding) -> TraceInput | None:
         return self.traces.get(rank_of(finding))
@@ -61,7 +74,8 @@ class MergedReport:
 def merge(inputs: Iterable[str | Path]) -> MergedReport:
     """Read every input (files and directories) and merge their findings. Raises MergeError on unusable input."""
     report = MergedReport()
-    runs: list[tuple[int, dict[str, Finding]]] = []  # (rank, fingerprint -> last line of that run)
+    runs: list[tuple[int, dict[str, Finding]]] = []  # (rank, merge key -> last line of that run)
+    findings_files: dict[int, list[Path]] = {}
     for path in _expand(inputs):
         kind = _kind(path)
         if kind is None:
@@ -69,19 +83,55 @@ def merge(inputs: Iterable[str | Path]) -> MergedReport:
             continue
         report.files.append(path)
         if kind == FINDINGS_FORMAT:
-            runs.extend(_read_findings(path, report))
-        else:
+            file_runs = _read_findings(path, report)
+            runs.extend(file_runs)
+            for rank in sorted({rank for rank, _ in file_runs}):
+                findings_files.setdefault(rank, []).append(path)
+        elif _usable_trace(path, report):
             header = _first_record(path)
             rank = int_or_zero(header.get("rank"))
             report.world_size = max(report.world_size, int_or_zero(header.get("world_size")))
-            report.traces.setdefault(rank, TraceInput(path, rank, header))
+            trace = TraceInput(path, rank, header)
+            report.traces.setdefault(rank, trace)
+            report.all_traces.append(trace)
+    _say_shared_ranks(report, findings_files)
     ranks_with_findings_file = {rank for rank, _ in runs} | report.ranks
-    for rank, trace in sorted(report.traces.items()):
-        if rank not in ranks_with_findings_file:
-            runs.append((rank, _findings_of_trace(trace, report)))
-            report.ranks.add(rank)
+    for trace in sorted(report.all_traces, key=lambda t: t.rank):
+        if trace.rank not in ranks_with_findings_file:
+            runs.append((trace.rank, _findings_of_trace(trace, report)))
+    report.ranks.update(t.rank for t in report.all_traces if t.rank not in ranks_with_findings_file)
     report.findings = combine(runs)
     return report
+
+
+def _usable_trace(path: Path, report: MergedReport) -> bool:
+    """A trace whose header this streamcheck can read (not too new, not foreign); else a damage warning."""
+    from streamcheck.instrument.trace import TraceError, read_trace
+
+    events = read_trace(path, problems=[])
+    try:
+        next(events)
+    except TraceError as exc:
+        report.damage(f"{exc}; this trace was not used")
+        return False
+    finally:
+        events.close()
+    return True
+
+
+def _say_shared_ranks(report: MergedReport, findings_files: dict[int, list[Path]]) -> None:
+    """Two inputs of one rank are usually two jobs' outputs mixed in one folder: keep both, but say so."""
+    for rank, paths in sorted(findings_files.items()):
+        if len(paths) > 1:
+            report.warnings.append(f"rank {rank} is in {len(paths)} findings files ({', '.join(map(str, paths))}): "
+                                   "all are kept and their counts added")
+    traces: dict[int, list[Path]] = {}
+    for trace in report.all_traces:
+        traces.setdefault(trace.rank, []).append(trace.path)
+    for rank, paths in sorted(traces.items()):
+        if len(paths) > 1:
+            report.warnings.append(f"rank {rank} has {len(paths)} traces ({', '.join(map(str, paths))}): all are "
+                                   f"kept; names and pictures come from {paths[0]}")
 
 
 # ---- reading ----------------------------------------------------------------------------------------------------
@@ -118,7 +168,7 @@ def _first_record(path: Path) -> dict:
                 if line.strip():
                     record = json.loads(line)
                     return record if isinstance(record, dict) else {}
-    except (ValueError, OSError, EOFError):
+    except (ValueError, OSError, EOFError, zlib.error, RecursionError, MergeError):
         return {}
     return {}
 
@@ -138,20 +188,22 @@ def _lines(path: Path, report: MergedReport) -> Iterator[tuple[int, dict]]:
             for line in stream:
                 text_lines.append(line)
     except (OSError, EOFError, zlib.error) as exc:  # a gzip file cut short: keep what came before
-        report.warnings.append(f"{path}: cut short after line {len(text_lines)} ({exc}); the lines before are kept")
+        report.damage(f"{path}: cut short after line {len(text_lines)} ({exc}); the lines before are kept")
     for number, line in enumerate(text_lines, 1):
         if not line.strip():
             continue
         try:
             record = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError) as exc:
             if not line.endswith("\n") and number == len(text_lines):  # the writer stopped mid-line
-                report.warnings.append(f"{path}:{number}: truncated last line (was the job killed?), ignored")
+                report.damage(f"{path}:{number}: truncated last line (was the job killed?), ignored")
+            elif isinstance(exc, RecursionError):
+                report.damage(f"{path}:{number}: not JSON this reader can take (nested too deep), ignored")
             else:
-                report.warnings.append(f"{path}:{number}: not JSON, ignored")
+                report.damage(f"{path}:{number}: not JSON, ignored")
             continue
         if not isinstance(record, dict):
-            report.warnings.append(f"{path}:{number}: not a JSON object, ignored")
+            report.damage(f"{path}:{number}: not a JSON object, ignored")
             continue
         yield number, record
 
@@ -173,16 +225,54 @@ def _read_findings(path: Path, report: MergedReport) -> list[tuple[int, dict[str
             continue
         if "e" in record:
             continue  # a record kind a later streamcheck writes: not a finding
-        try:
-            finding = Finding.from_dict(record)
-        except (KeyError, TypeError, ValueError) as exc:
-            report.warnings.append(f"{path}:{number}: not a finding ({type(exc).__name__}: {exc}), ignored")
+        why = _not_a_finding(record)
+        if why:
+            report.damage(f"{path}:{number}: not a finding ({why}), ignored")
             continue
+        finding = Finding.from_dict(record)
         if current is None:  # lines before any header: a file whose start was lost
             current = {}
             runs.append((rank, current))
-        current[finding.fingerprint] = finding
+        current[merge_key(finding)] = finding
     return runs
+
+
+_LOCATION_TYPES = {"path": str, "line": int, "column": int, "role": str, "note": str, "snippet": str}
+_FINDING_TYPES = {"rule": str, "message": str, "primary": dict, "fix": str, "kind": str, "symbol": str,
+                  "severity": str, "count": int, "extra": dict, "related": list}
+
+
+def _not_a_finding(record: dict) -> str:
+    """Why a findings-file record cannot be a Finding ("" if it can): the fields every report reads, typed."""
+    why = _mistyped(record, _FINDING_TYPES, "", required=("rule", "message", "primary"))
+    if why:
+        return why
+    why = _mistyped(record["primary"], _LOCATION_TYPES, "primary.", required=("path", "line"))
+    for k, related in enumerate(record.get("related") or ()):
+        if why:
+            break
+        if not isinstance(related, dict):
+            return f"related[{k}] must be an object, not {_json_name(related)}"
+        why = _mistyped(related, _LOCATION_TYPES, f"related[{k}].", required=("path", "line"))
+    return why
+
+
+def _mistyped(data: dict, types: dict[str, type], prefix: str, required: tuple[str, ...]) -> str:
+    for key in required:
+        if key not in data:
+            return f"no {prefix}{key}"
+    for key, expected in types.items():
+        if key in data and type(data[key]) is not expected:
+            return f"{prefix}{key} must be {_NAMES[expected]}, not {_json_name(data[key])}"
+    return ""
+
+
+def _json_name(value: Any) -> str:
+    return f"{_NAMES.get(type(value), type(value).__name__)} {json.dumps(value)[:40]}"
+
+
+_NAMES = {str: "a string", int: "an integer", dict: "an object", list: "a list", bool: "a boolean",
+          float: "a number", type(None): "null"}
 
 
 def _findings_of_trace(trace: TraceInput, report: MergedReport) -> dict[str, Finding]:
@@ -191,10 +281,13 @@ def _findings_of_trace(trace: TraceInput, report: MergedReport) -> dict[str, Fin
     from streamcheck.instrument.trace import TraceError, read_trace, replay
 
     detector = Detector()
+    problems: list[str] = []
     try:
-        replay(read_trace(trace.path), detector)
-    except TraceError as exc:
-        report.warnings.append(f"{exc} (races up to there are kept)")
+        replay(read_trace(trace.path, problems), detector, problems)
+    except TraceError as exc:  # no usable header (foreign, too new): the trace cannot be replayed at all
+        report.damage(f"{exc}; this trace was not replayed")
+    for problem in problems:
+        report.damage(problem)
     return race_findings(detector, trace.rank)
 
 
@@ -211,9 +304,18 @@ def race_findings(detector, rank: int) -> dict[str, Finding]:
                  "earlier_stack": _stack(detector.sites, race.earlier.site),
                  "later_stack": _stack(detector.sites, race.later.site)}
         finding = replace(finding, extra=extra)
-        seen = found.get(finding.fingerprint)
-        found[finding.fingerprint] = finding if seen is None else replace(seen, count=seen.count + 1)
+        key = merge_key(finding)
+        seen = found.get(key)
+        found[key] = finding if seen is None else replace(seen, count=seen.count + 1)
     return found
+
+
+def merge_key(finding: Finding) -> str:
+    """What makes two runtime findings one: the fingerprint and the lines of the places it names (a runtime
+    finding's lines are exact, and two races on lines of the same text are two races)."""
+    lines = [str(finding.primary.line)] + [f"{loc.role}:{loc.path}:{loc.line}" for loc in finding.related
+                                           if loc.role in ("read", "write", "free")]
+    return f"{finding.fingerprint}@{','.join(lines)}"
 
 
 def _stack(sites: dict, site: int) -> list[str]:
@@ -223,7 +325,7 @@ def _stack(sites: dict, site: int) -> list[str]:
 
 # ---- merging ----------------------------------------------------------------------------------------------------
 def combine(runs: list[tuple[int, dict[str, Finding]]]) -> list[Finding]:
-    """(rank, fingerprint -> finding) per run -> each finding once, with ranks, counts_by_rank and steps."""
+    """(rank, merge key -> finding) per run -> each finding once, with ranks, counts_by_rank and steps."""
     first: dict[str, Finding] = {}
     counts_by_rank: dict[str, dict[int, int]] = {}
     steps: dict[str, set] = {}

@@ -5,7 +5,9 @@ every training step, is one finding with a count) and are told in the same words
 enrich, report/runtime_text.py), with stream and tensor names from the trace; a summary line with the trace's rank,
 its event count and the number of race occurrences closes the text. `--graph out.dot` writes, for each finding, the
 witness subgraph of the happens-before graph (streamcheck.hb) as a Graphviz digraph, all in one file.
-Exit 0: no race; 1: races; 2: the trace cannot be read.
+A line or event that cannot be replayed (not JSON, a field of the wrong type, the cut-off end of a killed run) is a
+warning naming its line, and the rest of the trace is analyzed. Exit 0: no race; 1: races; 2: the trace cannot be
+read (no header of a version this streamcheck knows), or no race but some lines could not be read.
 """
 
 from __future__ import annotations
@@ -31,20 +33,23 @@ def run(args: argparse.Namespace) -> int:
 
     detector = Detector()
     names = TraceNames()
+    problems: list[str] = []  # lines and events skipped, each with its line or index
 
     def events():  # one pass over the trace: the detector replays it, names are collected on the way
-        for event in read_trace(args.trace):
+        for event in read_trace(args.trace, problems):
             names.add(event)
             yield event
 
     try:
-        header = replay(events(), detector)
-    except TraceError as exc:
+        header = replay(events(), detector, problems)
+    except TraceError as exc:  # no usable header: nothing can be replayed
         message = str(exc)
         if not message.startswith(args.trace):
             message = f"{args.trace}: {message}"
         print(f"streamcheck analyze: {message}", file=sys.stderr)
         return 2
+    for problem in problems:
+        print(f"streamcheck analyze: warning: {problem}", file=sys.stderr)
 
     rank = int_or_zero(header.get("rank"))
     world_size = int_or_zero(header.get("world_size"))
@@ -58,10 +63,14 @@ def run(args: argparse.Namespace) -> int:
             return 2
 
     if args.format == "json":
-        _write_json(args.trace, header, findings, len(detector.races))
+        _write_json(args.trace, header, findings, len(detector.races), problems)
     else:
-        _write_text(args.trace, header, findings, len(detector.races), args.color)
-    return 1 if findings else 0
+        _write_text(args.trace, header, findings, len(detector.races), args.color, len(problems))
+    if findings:
+        return 1
+    if problems:  # no race in what could be read is no verdict on the lines that could not
+        return 2
+    return 0
 
 
 def _write_graph(trace: str, findings: list, out_path: str) -> None:
@@ -69,7 +78,7 @@ def _write_graph(trace: str, findings: list, out_path: str) -> None:
     from streamcheck.instrument.trace import read_trace
     from streamcheck.report.graph import race_of
 
-    hb = HappensBefore.from_events(read_trace(trace), find_races=False)
+    hb = HappensBefore.from_events(read_trace(trace, problems=[]), find_races=False)  # run() said the problems
     with open(out_path, "w") as out:
         if not findings:
             out.write("digraph race {\n  label=\"no race\";\n}\n")
@@ -77,14 +86,17 @@ def _write_graph(trace: str, findings: list, out_path: str) -> None:
             out.write(hb.witness_dot(hb.witness(race_of(finding)), name=f"race_{k + 1}"))
 
 
-def _summary(header: dict, findings: list, races: int) -> dict:
+def _summary(header: dict, findings: list, races: int, problems: list[str] | None = None) -> dict:
     from streamcheck.report import count_by_rule
 
-    return {"events": header.get("events", 0), "skipped_events": header.get("skipped_events", 0),
-            "races": races, "findings": len(findings), "by_rule": count_by_rule(findings)}
+    summary = {"events": header.get("events", 0), "skipped_events": header.get("skipped_events", 0),
+               "races": races, "findings": len(findings), "by_rule": count_by_rule(findings)}
+    if problems:
+        summary["unreadable"] = list(problems)
+    return summary
 
 
-def _write_json(trace: str, header: dict, findings: list, races: int) -> None:
+def _write_json(trace: str, header: dict, findings: list, races: int, problems: list[str]) -> None:
     from streamcheck.cli import _version
 
     trace_info = {"path": trace, **{k: v for k, v in header.items() if k not in ("e", "events", "skipped_events")}}
@@ -92,13 +104,13 @@ def _write_json(trace: str, header: dict, findings: list, races: int) -> None:
         "tool": {"name": "streamcheck", "version": _version()},
         "trace": trace_info,
         "findings": [finding.to_dict() for finding in findings],
-        "summary": _summary(header, findings, races),
+        "summary": _summary(header, findings, races, problems),
     }
     json.dump(document, sys.stdout, indent=2)
     sys.stdout.write("\n")
 
 
-def _write_text(trace: str, header: dict, findings: list, races: int, color_choice: str) -> None:
+def _write_text(trace: str, header: dict, findings: list, races: int, color_choice: str, unreadable: int = 0) -> None:
     """Each race as `streamcheck report` lays it out, then this command's own summary line."""
     from rich.text import Text
 
@@ -112,6 +124,10 @@ def _write_text(trace: str, header: dict, findings: list, races: int, color_choi
         console.print(render(finding, context))
     summary = _summary(header, findings, races)
     where = f"{trace} (rank {header.get('rank', '?')}, {summary['events']} events)"
+    if not findings and unreadable:
+        console.print(Text(f"No race in the readable part of {where}; {unreadable} line"
+                           f"{'s' if unreadable != 1 else ''} could not be read.", style="bold yellow"))
+        return
     if not findings:
         console.print(Text(f"No race in {where}.", style="bold green"))
         return

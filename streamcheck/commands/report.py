@@ -5,7 +5,7 @@ the traces of `streamcheck run --trace`: a trace names streams and tensors, is t
 in for the findings of a rank that has no findings file. Each finding is printed once, with the ranks that saw it
 and how often (streamcheck/merge.py). `--graph DIR` writes each finding's happens-before picture there, as DOT and as
 a self-contained HTML page (streamcheck/report/graph.py).
-Exit: 0 no finding, 1 findings, 2 unusable input.
+Exit: 0 no finding, 1 findings, 2 unusable input, or no finding in input that could not be read in full.
 """
 
 from __future__ import annotations
@@ -33,14 +33,14 @@ def run(args: argparse.Namespace) -> int:
     except MergeError as exc:
         print(f"streamcheck report: {exc}", file=sys.stderr)
         return 2
-    for warning in merged.warnings:
-        print(f"streamcheck report: warning: {warning}", file=sys.stderr)
     if not merged.files:
+        _say_warnings(merged)
         print("streamcheck report: none of the inputs is a streamcheck findings file or trace", file=sys.stderr)
         return 2
+    findings = enriched_findings(merged)  # reads the traces for names: their damage joins the warnings
+    _say_warnings(merged)
     for error in merged.errors:
         print(f"streamcheck report: the run reported an instrumentation error on {error}", file=sys.stderr)
-    findings = enriched_findings(merged)
     try:
         _write(args, findings, merged)
     except OSError as exc:
@@ -59,20 +59,39 @@ def run(args: argparse.Namespace) -> int:
             return 2
         for path in written:
             print(f"streamcheck report: wrote {path}", file=sys.stderr)
-    return 1 if findings else 0
+    if findings:
+        return 1
+    if merged.damaged:  # nothing found in input that could not be read in full: not a clean bill
+        print("streamcheck report: no findings in what could be read, but some input was damaged (see the "
+              "warnings): exit 2", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _say_warnings(merged) -> None:
+    for warning in merged.warnings:
+        print(f"streamcheck report: warning: {warning}", file=sys.stderr)
 
 
 def trace_names(merged) -> dict:
-    """rank -> TraceNames of that rank's trace (unreadable traces become a warning on stderr)."""
+    """rank -> TraceNames of that rank's trace. Lines the trace cannot give are skipped; the ones merge() did not
+    already say (a rank whose trace was not replayed) become warnings, and a trace without a usable header gives
+    no names."""
     from streamcheck.instrument.trace import TraceError, read_trace
     from streamcheck.report.runtime import TraceNames
 
     names = {}
+    said = set(merged.warnings)
     for rank, trace in merged.traces.items():
+        problems: list[str] = []
         try:
-            names[rank] = TraceNames.from_events(read_trace(trace.path))
+            names[rank] = TraceNames.from_events(read_trace(trace.path, problems))
         except TraceError as exc:
-            print(f"streamcheck report: warning: {exc}; names from this trace are left out", file=sys.stderr)
+            if not any(warning.startswith(str(exc)) for warning in said):
+                merged.damage(f"{exc}; names from this trace are left out")
+        for problem in problems:
+            if problem not in said:
+                merged.damage(problem)
     return names
 
 

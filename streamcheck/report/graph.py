@@ -116,7 +116,7 @@ def graph_from_trace(finding: Finding, trace_path: Path) -> RaceGraph | str:
                 f"(limit {MAX_TRACE_EVENTS}): only the two accesses are drawn.")
     hb = HappensBefore(find_races=False)
     seq = 0
-    for event in read_trace(trace_path):
+    for event in read_trace(trace_path, problems=[]):  # lines it cannot give are skipped (report warns)
         name = event.get("e")
         if name == "header":
             continue
