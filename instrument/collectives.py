@@ -118,7 +118,7 @@ class CollectiveHooks:
             read_ranges = collector.ranges_of(reads)
             write_ranges = collector.ranges_of(writes)
             device = collector.device
-            site = rec.sites.capture(2)
+            site = rec.site_or_backward(rec.sites.capture(2))  # the DDP reducer's collectives have no Python frame
             outer = rec.begin_op()
         except Exception as exc:  # noqa: BLE001
             rec.fail(exc)

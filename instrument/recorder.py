@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable
 
-from .sites import SiteTable
+from .sites import BACKWARD_NOTE, UNKNOWN_SITE, SiteTable
 
 
 _NO_CALLS: list = []  # "inside an op, nothing held back yet": never appended to (emit swaps in a real list)
@@ -69,6 +69,7 @@ class Recorder:
         self._device_of_handle: dict[int, int] = {}
         self.fresh_blocks: dict[int, bool] = {}  # allocated, not yet written by an op: the next output there is an alloc
         self._backward_caller: str | None = None
+        self.backward_site = UNKNOWN_SITE
         self._engine_threads: list[tuple[int, str]] = []
         # Detector.free_can_race when the sink is a bare Detector: a free that cannot race needs no site (a trace
         # needs every site, so a Tee gets none)
@@ -155,9 +156,16 @@ class Recorder:
     # ---- backward(): the engine threads are ordered with the thread that called it --------------------------------
     def backward_begin(self) -> None:
         self._backward_caller = self.thread_actor()
+        # Accesses with no Python frame during backward (C++ hooks, the DDP reducer) are blamed on this call.
+        self.backward_site = self.sites.noted(self.sites.capture(3), BACKWARD_NOTE)
+
+    def site_or_backward(self, site: int) -> int:
+        """An unknown site during backward() is blamed on the backward() call (noted as such)."""
+        return self.backward_site if site < 0 and self._backward_caller is not None else site
 
     def backward_end(self) -> None:
         caller, self._backward_caller = self._backward_caller, None
+        self.backward_site = UNKNOWN_SITE
         engine, self._engine_threads = self._engine_threads, []
         for ident, name in engine:
             if caller is not None:
@@ -212,6 +220,8 @@ class Recorder:
                     allocs: list | None, deferred: list | None) -> None:
         """One op's events, in order: allocations of its fresh outputs, its kernel (or host access), the callbacks
         it fired. The per-op path: no intermediate call list."""
+        if site < 0 and self._backward_caller is not None:
+            site = self.backward_site  # no Python frame: blamed on the backward() call it runs in
         try:
             with self.lock:
                 sink = self.sink

@@ -1,7 +1,8 @@
 """Call sites of recorded operations: captured cheaply on every op, turned into file/line/function only when reported.
 
 Capture walks up from the hook to the first frame whose file lies outside torch and streamcheck (the frame a user
-can act on), then keys the site by that frame and a few callers as (code object id, bytecode offset) pairs, so the
+can act on; when there is none, as in DDP's reducer or the DataLoader's threads, the innermost frame outside
+streamcheck, marked as a library frame in the function name it reports), then keys the site by that frame and a few callers as (code object id, bytecode offset) pairs, so the
 hot path is a short frame walk, a tuple and a dict lookup; lines, files and functions are looked up only for sites
 that are reported. The table keeps every code object it has seen alive, so an id never comes back for another
 function.
@@ -15,6 +16,10 @@ import sys
 import threading
 
 UNKNOWN_SITE = -1
+# Appended to the function name of a site blamed on a library frame (it travels in traces and findings as is).
+LIBRARY_NOTE = " [innermost library frame: no frame of the program on the stack]"
+# For an access made with no Python frame at all during backward() (C++ autograd hooks, the DDP reducer).
+BACKWARD_NOTE = " [during this backward(): the access came from C++ with no Python frame]"
 _getframe = sys._getframe
 
 
@@ -45,8 +50,11 @@ class SiteTable:
         internal = [d for d in (_package_dir("torch"), _package_dir("streamcheck")) if d]
         here = os.path.dirname(os.path.abspath(__file__)) + os.sep  # instrument/ when run from a source tree
         internal.append(here)
+        internal.append(threading.__file__)  # a thread's bootstrap and run(): never the frame a user can act on
         internal.extend(extra_internal)
         self._internal_prefixes = tuple(internal)
+        self._own_prefixes = tuple(d for d in (_package_dir("streamcheck"), here) if d)
+        self._notes: dict[int, str] = {}  # site -> what its first frame's function name says it is (LIBRARY_NOTE...)
         self._is_internal_code: dict[int, bool] = {}
         self._shallow: set[int] = set()  # ids of code objects blamed on a stack shorter than `depth`
         self._code_keepalive: dict[int, object] = {}
@@ -69,7 +77,7 @@ class SiteTable:
         racy and harmless call paths alike).
         """
         try:
-            frame = _getframe(skip)
+            frame = start = _getframe(skip)
         except ValueError:
             return UNKNOWN_SITE
         is_internal = self._is_internal_code
@@ -81,7 +89,7 @@ class SiteTable:
                 break
             frame = frame.f_back
         if frame is None:
-            return UNKNOWN_SITE
+            return self.library_site(start)
         if self.depth == 8 and id(frame.f_code) not in self._shallow:
             # Unrolled (this runs once per op): (code object id, bytecode offset) of 8 frames; the bytecode offset
             # is cheaper than f_lineno and as precise. A shorter stack ends the expression at a None; code blamed
@@ -101,6 +109,35 @@ class SiteTable:
         if site is None:
             site = self._intern(key, frame)
         return site
+
+    def library_site(self, frame) -> int:
+        """Every frame lies in torch (or streamcheck): blame the innermost frame outside streamcheck, and mark the
+        site so that reports say it is a library frame (DDP's reducer, FSDP internals, the DataLoader's threads)."""
+        own = self._own_prefixes
+        while frame is not None and frame.f_code.co_filename.startswith(own):
+            frame = frame.f_back
+        if frame is None:
+            return UNKNOWN_SITE
+        key = self._key(frame)
+        site = self._ids.get(key)
+        if site is None:
+            site = self._intern(key, frame)
+            self._notes[site] = LIBRARY_NOTE
+        return site
+
+    def is_library_site(self, site: int) -> bool:
+        return self._notes.get(site) == LIBRARY_NOTE
+
+    def noted(self, site: int, note: str) -> int:
+        """A site with `site`'s frames whose first function name carries `note` (UNKNOWN_SITE stays unknown)."""
+        if site is None or site < 0 or site >= len(self._chains):
+            return UNKNOWN_SITE
+        key = ("noted", note, site)
+        found = self._ids.get(key)
+        if found is None:
+            found = self._add(key, self._chains[site])
+            self._notes[found] = note
+        return found
 
     def intern_chain(self, chain: list) -> int:
         """The site id of a chain of (code object, bytecode offset) pairs, the blamed frame first (the native hook
@@ -142,7 +179,11 @@ class SiteTable:
         """[[file, line, function], ...], the blamed frame first; [] for an unknown site."""
         if site is None or site < 0 or site >= len(self._chains):
             return []
-        return [[code.co_filename, _line_of(code, offset), code.co_name] for code, offset in self._chains[site]]
+        frames = [[code.co_filename, _line_of(code, offset), code.co_name] for code, offset in self._chains[site]]
+        note = self._notes.get(site)
+        if note and frames:
+            frames[0][2] += note
+        return frames
 
     def __len__(self) -> int:
         return len(self._chains)

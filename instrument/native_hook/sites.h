@@ -26,6 +26,7 @@ inline bool is_internal(PyCodeObject* code) {
 inline int64_t capture_site() {
   State& s = state();
   PyFrameObject* frame = PyEval_GetFrame();  // borrowed; null on a thread without Python frames (autograd engine)
+  if (frame == nullptr) return -1;
   Py_XINCREF(frame);
   while (frame != nullptr) {
     PyCodeObject* code = PyFrame_GetCode(frame);
@@ -36,7 +37,7 @@ inline int64_t capture_site() {
     Py_DECREF(frame);
     frame = back;
   }
-  if (frame == nullptr) return -1;
+  if (frame == nullptr) return -2;  // every frame in torch/streamcheck: Python blames the innermost library frame
   uintptr_t key[32];
   PyCodeObject* codes[16];
   int lastis[16];

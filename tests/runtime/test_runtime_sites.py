@@ -45,3 +45,56 @@ def test_torch_frames_are_skipped_when_blaming():
 
 def test_unknown_sites_have_no_frames():
     assert table.frames(UNKNOWN_SITE) == [] and table.frames(10**6) == []
+
+
+LIBRARY = "/opt/some_library/"
+_LIBRARY_SOURCE = """
+def library_entry(table, out):
+    out.append(library_inner(table))
+
+def library_inner(table):
+    return table.capture(1)
+"""
+
+
+def test_a_stack_without_program_frames_blames_the_innermost_library_frame_and_says_so():
+    """A library thread (the DataLoader's pin-memory thread, FSDP's hooks): every frame is internal."""
+    import threading
+
+    namespace: dict = {}
+    exec(compile(_LIBRARY_SOURCE, LIBRARY + "worker.py", "exec"), namespace)
+    library_table = SiteTable(depth=4, extra_internal=(LIBRARY,))
+    found: list = []
+    thread = threading.Thread(target=namespace["library_entry"], args=(library_table, found))  # no test frame
+    thread.start()
+    thread.join()
+    (site,) = found
+    frames = library_table.frames(site)
+    assert frames[0][:2] == [LIBRARY + "worker.py", 6]
+    assert frames[0][2] == "library_inner [innermost library frame: no frame of the program on the stack]"
+    assert frames[1][:3] == [LIBRARY + "worker.py", 3, "library_entry"]
+    assert library_table.is_library_site(site)
+    assert not library_table.is_library_site(racy_path())
+
+
+def test_an_access_with_no_python_frame_during_backward_is_blamed_on_the_backward_call():
+    from streamcheck.instrument.detector import Detector
+    from streamcheck.instrument.recorder import Recorder
+    from streamcheck.instrument.sites import BACKWARD_NOTE
+
+    detector = Detector()
+    rec = Recorder(detector)
+
+    def engine_run_backward():  # the wrapper instrument/threads.py installs, called by the program's backward()
+        rec.backward_begin()
+
+    engine_run_backward()
+    line = __import__("inspect").currentframe().f_lineno - 1
+    rec.emit_access("T1", "cuda:0/s0", [], [(1, 0, 8)], -1, "c10d::allreduce_", None, None)  # the reducer, in C++
+    rec.backward_end()
+    rec.emit_access("T1", "cuda:0/s1", [], [(1, 0, 8)], -1, "aten::add_", None, None)  # after: unknown again
+    (race,) = detector.races
+    frames = rec.sites.frames(race.earlier.site)
+    assert frames[0] == [__file__, line, "test_an_access_with_no_python_frame_during_backward_is_blamed_on_the_"
+                         "backward_call" + BACKWARD_NOTE]
+    assert race.later.site == -1
