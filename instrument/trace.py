@@ -2,11 +2,13 @@
 
 Format (version 1):
 - first line: {"e": "header", "format": "streamcheck-trace", "version": 1, "rank": R, "world_size": W, ...}
-  (more header keys are allowed and kept);
+  (more header keys are allowed and kept; readers take the first non-blank line as the header);
 - then one object per Detector call: {"e": "<method>", <argument>: <value>, ...} with the argument names of
   Detector's methods (EVENTS below); reads/writes are lists of [storage, start, end];
 - naming events: {"e": "site", "id": k, "frames": [[file, line, function], ...]} (innermost user frame first),
-  {"e": "stream_name", "stream": S, "name": "..."}, {"e": "storage_info", "storage": id, "shape": [...], ...}.
+  {"e": "stream_name", "stream": S, "name": "..."}, {"e": "storage_info", "storage": id, "shape": [...], ...};
+  they may come anywhere, before or after the events that use them (a watch writes each site with the flush that
+  first writes an event of it, so a killed run's trace still names what it holds).
 
 The n-th line after the header is event n (0-based): that is `Access.seq`. Readers ignore keys they don't know, and
 `replay` skips events it doesn't know (counting them), so later versions may add fields and events.
@@ -63,11 +65,14 @@ class TraceError(ValueError):
 class TraceWriter:
     """Writes a trace; has the same methods as Detector, so the runtime can tee every call into both.
 
-    Lines are buffered and written `batch` at a time (and on flush/close); thread-safe.
+    Lines are buffered and written `batch` at a time, on flush/close, and, with `flush_interval` (seconds), by a
+    background thread at least that often, so that a run killed with SIGKILL loses at most that much of its trace.
+    `before_flush`, if set, is called at the start of every flush: a place to write the naming events (sites) of
+    what is about to be written. Thread-safe.
     """
 
     def __init__(self, path_or_file: str | Path | IO[str], rank: int = 0, world_size: int = 1, batch: int = 4096,
-                 **header: Any) -> None:
+                 flush_interval: float | None = None, **header: Any) -> None:
         if isinstance(path_or_file, (str, Path)):
             path = Path(path_or_file)
             self._file: IO[str] = gzip.open(path, "wt") if path.suffix == ".gz" else open(path, "w")
@@ -77,25 +82,56 @@ class TraceWriter:
             self._owns_file = False
         self._batch = batch
         self._lines: list[str] = []
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the buffer
+        self._write_lock = threading.Lock()  # the file: flushes write in the order they took their lines
+        self._naming = False  # inside before_flush: its own events must not start another flush
+        self.before_flush: Any = None
         self._encode = json.JSONEncoder(separators=(",", ":")).encode
         head = {"e": "header", "format": FORMAT, "version": VERSION, "rank": rank, "world_size": world_size}
         head.update(header)
         self._file.write(self._encode(head) + "\n")
+        self._file.flush()
+        self._closed = threading.Event()
+        self._flusher: threading.Thread | None = None
+        if flush_interval:
+            self._flusher = threading.Thread(target=self._flush_every, args=(flush_interval,),
+                                             name="streamcheck-trace-flush", daemon=True)
+            self._flusher.start()
+
+    def _flush_every(self, interval: float) -> None:
+        while not self._closed.wait(interval):
+            try:
+                self.flush()
+            except (OSError, ValueError):  # the file went away (disk full, closed): the run goes on
+                return
 
     def _emit(self, event: dict) -> None:
-        self._lines.append(self._encode(event))
-        if len(self._lines) >= self._batch:
+        line = self._encode(event)
+        with self._lock:
+            self._lines.append(line)
+            full = len(self._lines) >= self._batch
+        if full and not self._naming:
             self.flush()
 
     def flush(self) -> None:
-        with self._lock:
-            lines, self._lines = self._lines, []
+        hook = self.before_flush
+        if hook is not None and not self._naming:
+            self._naming = True
+            try:
+                hook()
+            finally:
+                self._naming = False
+        with self._write_lock:
+            with self._lock:
+                lines, self._lines = self._lines, []
             if lines:
                 self._file.write("\n".join(lines) + "\n")
             self._file.flush()
 
     def close(self) -> None:
+        self._closed.set()
+        if self._flusher is not None and self._flusher is not threading.current_thread():
+            self._flusher.join()
         self.flush()
         if self._owns_file:
             self._file.close()

@@ -129,7 +129,11 @@ class Watch:
 
             trace_path = rank_path(self.trace_path, self.rank, self.world_size)
             trace_path.parent.mkdir(parents=True, exist_ok=True)
-            self._trace = TraceWriter(trace_path, rank=self.rank, world_size=self.world_size, pid=os.getpid())
+            # flushed every second, each flush with the sites it names: a SIGKILLed run's trace still names them
+            self._trace = TraceWriter(trace_path, rank=self.rank, world_size=self.world_size, flush_interval=1.0,
+                                      pid=os.getpid())
+            self._trace.before_flush = self._trace_new_sites
+            self._sites_traced, self._sites_lock = 0, threading.Lock()
             sink = Tee(self.detector, self._trace)
         self.recorder = Recorder(sink, sites, on_error=self._on_internal_error)
         self._open_sink()
@@ -160,12 +164,20 @@ class Watch:
                 self._sink.close()
                 self._sink = None
         if self._trace is not None:
-            sites = self.recorder.sites
-            for site in range(len(sites)):
-                self._trace.site(site, sites.frames(site))
-            self._trace.close()
+            self._trace.close()  # its last flush writes the sites not written yet
             self._trace = None
         return self.results()
+
+    def _trace_new_sites(self) -> None:
+        """The trace's before_flush: a site event for every site captured since the last flush."""
+        if self.recorder is None or self._trace is None:
+            return
+        sites, trace = self.recorder.sites, self._trace
+        with self._sites_lock:  # its own lock: a flush can start while the watch's lock is held (storage_info)
+            start = self._sites_traced
+            end = self._sites_traced = len(sites)
+        for site in range(start, end):
+            trace.site(site, sites.frames(site))
 
     def __enter__(self) -> "Watch":
         return self.start()
