@@ -6,6 +6,7 @@ can say how many more --unsafe-fixes would make.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 
 from streamcheck.findings import Finding
@@ -21,7 +22,8 @@ class FixOutcome:
     errors: list[str] = field(default_factory=list)  # "path: why" for files that could not be written
 
 
-def fix_findings(findings: list[Finding], unsafe: bool, write: bool) -> FixOutcome:
+def fix_findings(findings: list[Finding], unsafe: bool, write: bool, disk: dict[str, str] | None = None) -> FixOutcome:
+    """`disk` maps a reported path to the file that holds its text, where they differ (source read from stdin)."""
     outcome = FixOutcome()
     by_path: dict[str, list[Fix]] = {}
     for finding in findings:
@@ -34,7 +36,7 @@ def fix_findings(findings: list[Finding], unsafe: bool, write: bool) -> FixOutco
         by_path.setdefault(fix.path, []).append(fix)
     for path in sorted(by_path):
         try:
-            with open(path, "rb") as handle:
+            with open((disk or {}).get(path, path), "rb") as handle:
                 before = handle.read()
         except OSError as exc:
             outcome.errors.append(f"{path}: cannot read: {exc.strerror or exc}")
@@ -57,3 +59,39 @@ def fix_findings(findings: list[Finding], unsafe: bool, write: bool) -> FixOutco
 
 def plural(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+# A fix can make the next finding of a file reachable (two races on one tensor): a few rounds, never forever.
+_FIX_ROUNDS = 4
+
+
+def run_fixes(args, result, scan_once):
+    """--diff: print what --fix would change and return the exit code. --fix: apply, rescan, return what is left."""
+    if args.diff:
+        outcome = fix_findings(result.findings, args.unsafe_fixes, write=False, disk=getattr(args, "stdin_map", None))
+        sys.stdout.write("".join(outcome.diffs))
+        print(f"streamcheck: would fix {plural(len(outcome.applied), 'finding')} in "
+              f"{plural(len(outcome.files), 'file')}{_unsafe_hint(outcome.unsafe_left)}", file=sys.stderr)
+        return 1 if outcome.applied else 0
+    fixed, files, unsafe_left = 0, set(), 0
+    for _ in range(_FIX_ROUNDS):
+        outcome = fix_findings(result.findings, args.unsafe_fixes, write=True)
+        for error in outcome.errors:
+            print(f"streamcheck scan: {error}", file=sys.stderr)
+        unsafe_left = outcome.unsafe_left
+        if not outcome.applied:
+            break
+        fixed += len(outcome.applied)
+        files.update(outcome.files)
+        result = scan_once()
+        if isinstance(result, int):
+            return result
+    print(f"streamcheck: fixed {plural(fixed, 'finding')} in {plural(len(files), 'file')}, "
+          f"{len(result.findings)} left{_unsafe_hint(unsafe_left)}", file=sys.stderr)
+    return result
+
+
+def _unsafe_hint(count: int) -> str:
+    if not count:
+        return ""
+    return f"; {count} more with --unsafe-fixes (they block the host: a performance change)"

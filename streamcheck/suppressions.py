@@ -1,9 +1,15 @@
-"""Inline suppressions: `# streamcheck: ignore[SC101]`, `# streamcheck: ignore[SC101, SC104]`, and the bare
-`# streamcheck: ignore` (every rule).
+"""Inline suppressions.
 
-A suppression covers findings whose primary location is on the comment's line. Only real comments count (a string
-that contains the text does not), so the source is tokenized, but only when the marker text occurs at all.
-With --report-unused-ignores, a comment (or a code in it) that suppressed nothing is an SC002 finding.
+    # streamcheck: ignore[SC101]            this finding (codes comma-separated); bare `# streamcheck: ignore`: all
+    # noqa: SC101                           the same, in flake8/ruff spelling (only SC codes count: a `# noqa: E501`
+                                            or a bare `# noqa` belongs to other linters)
+    # streamcheck: ignore-file[SC104]       every SC104 finding of the file; bare `ignore-file`: every rule
+
+A line comment covers a finding when it stands on any line the finding names: its primary location or one of its
+related locations (the write, the read, the `with` of the stream context...), so the comment can go where the
+reader of the code looks. Only real comments count (a string that contains the text does not), so the source is
+tokenized, but only when a marker occurs at all. With --report-unused-ignores, a comment (or a code in it) that
+suppressed nothing is an SC002 finding.
 """
 
 from __future__ import annotations
@@ -18,7 +24,10 @@ from streamcheck.findings import Finding, Location
 
 SC002 = "SC002"
 MARKER = "streamcheck:"
-_COMMENT = re.compile(r"#\s*streamcheck:\s*ignore\b(?:\[(?P<codes>[^\]]*)\])?", re.IGNORECASE)
+FILE_LEVEL = 0  # the key of a file's file-level suppression in find_suppressions' result (lines start at 1)
+_COMMENT = re.compile(r"#\s*streamcheck:\s*(?P<what>ignore-file|ignore)\b(?:\[(?P<codes>[^\]]*)\])?", re.IGNORECASE)
+_NOQA = re.compile(r"#\s*noqa\s*:\s*(?P<codes>[A-Za-z0-9_, ]+)", re.IGNORECASE)
+_SC_CODE = re.compile(r"^SC\d+$")
 
 
 @dataclass
@@ -30,14 +39,16 @@ class Suppression:
     codes: tuple[str, ...] | None
     snippet: str = ""  # the line's text, so an SC002 finding's fingerprint survives moves
     used: set[str] = field(default_factory=set)
+    file_level: bool = False
 
     def covers(self, rule_id: str) -> bool:
         return self.codes is None or rule_id in self.codes
 
 
 def find_suppressions(text: str) -> dict[int, Suppression]:
-    """line -> the suppression comment on that line."""
-    if MARKER not in text:
+    """line -> the suppression comment on that line; FILE_LEVEL -> the file-level one, if any."""
+    lowered = text.lower()
+    if MARKER not in lowered and "noqa" not in lowered:
         return {}
     found: dict[int, Suppression] = {}
     try:
@@ -51,14 +62,29 @@ def find_suppressions(text: str) -> dict[int, Suppression]:
                     if "#" in line]
     lines = text.splitlines()
     for (line, col), comment in comments:
-        match = _COMMENT.search(comment)
-        if not match:
-            continue
-        codes = match.group("codes")
-        parsed = None if codes is None else tuple(c.strip().upper() for c in codes.split(",") if c.strip())
-        found[line] = Suppression(line=line, column=col + 1 + match.start(), codes=parsed,
-                                  snippet=lines[line - 1].strip() if line <= len(lines) else "")
+        snippet = lines[line - 1].strip() if line <= len(lines) else ""
+        for match in _COMMENT.finditer(comment):
+            codes = match.group("codes")
+            parsed = None if codes is None else tuple(c.strip().upper() for c in codes.split(",") if c.strip())
+            file_level = match.group("what").lower() == "ignore-file"
+            _merge(found, FILE_LEVEL if file_level else line,
+                   Suppression(line=line, column=col + 1 + match.start(), codes=parsed, snippet=snippet,
+                               file_level=file_level))
+        for match in _NOQA.finditer(comment):
+            codes = tuple(c.strip().upper() for c in match.group("codes").split(",") if c.strip())
+            ours = tuple(c for c in codes if _SC_CODE.match(c))
+            if ours:
+                _merge(found, line, Suppression(line=line, column=col + 1 + match.start(), codes=ours,
+                                                snippet=snippet))
     return found
+
+
+def _merge(found: dict[int, Suppression], key: int, new: Suppression) -> None:
+    old = found.get(key)
+    if old is None:
+        found[key] = new
+    elif old.codes is not None:  # two comments for one key: the union of what they cover
+        found[key].codes = None if new.codes is None else tuple(dict.fromkeys(old.codes + new.codes))
 
 
 def apply_suppressions(findings: Iterable[Finding], suppressions: dict[str, dict[int, Suppression]],
@@ -69,8 +95,8 @@ def apply_suppressions(findings: Iterable[Finding], suppressions: dict[str, dict
     kept: list[Finding] = []
     suppressed = 0
     for finding in findings:
-        comment = suppressions.get(finding.primary.path, {}).get(finding.primary.line)
-        if comment is not None and finding.rule not in never and comment.covers(finding.rule):
+        comment = None if finding.rule in never else _covering(finding, suppressions)
+        if comment is not None:
             comment.used.add(finding.rule)
             suppressed += 1
         else:
@@ -78,20 +104,32 @@ def apply_suppressions(findings: Iterable[Finding], suppressions: dict[str, dict
     return kept, suppressed
 
 
+def _covering(finding: Finding, suppressions: dict[str, dict[int, Suppression]]) -> Suppression | None:
+    by_line = suppressions.get(finding.primary.path, {})
+    places: list[tuple[dict[int, Suppression], int]] = [(by_line, finding.primary.line), (by_line, FILE_LEVEL)]
+    places += [(suppressions.get(loc.path, {}), loc.line) for loc in finding.related]
+    for comments, line in places:
+        comment = comments.get(line)
+        if comment is not None and comment.covers(finding.rule):
+            return comment
+    return None
+
+
 def unused_suppressions(path: str, by_line: dict[int, Suppression], known: set[str],
                         enabled: Callable[[str], bool]) -> Iterator[Finding]:
     """SC002 findings for `path`'s comments: bare ones that covered nothing, unknown codes, and codes of enabled
     rules that had no finding on the line (a disabled rule's code is not "unused": it may fire when enabled)."""
-    for line, comment in sorted(by_line.items()):
+    for comment in sorted(by_line.values(), key=lambda c: c.line):
+        where = "in this file" if comment.file_level else "on this line"
         if comment.codes is None:
             if not comment.used:
-                yield _sc002(path, comment, "unused suppression: no finding on this line")
+                yield _sc002(path, comment, f"unused suppression: no finding {where}")
             continue
         for code in comment.codes:
             if code not in known:
                 yield _sc002(path, comment, f"unused suppression: {code} is not a streamcheck rule")
             elif code not in comment.used and enabled(code):
-                yield _sc002(path, comment, f"unused suppression: no {code} finding on this line")
+                yield _sc002(path, comment, f"unused suppression: no {code} finding {where}")
 
 
 def _sc002(path: str, comment: Suppression, message: str) -> Finding:

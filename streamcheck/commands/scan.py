@@ -17,6 +17,8 @@ from streamcheck.report import FORMATS
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
+from streamcheck.commands.scan_extras import Progress  # noqa: E402  (re-exported: the scan's progress bar)
+
 
 EPILOG = """\
 examples:
@@ -25,9 +27,13 @@ examples:
   streamcheck scan --format github .                    annotations in a GitHub Actions log
   streamcheck scan --write-baseline baseline.json .     accept today's findings ...
   streamcheck scan --baseline baseline.json .           ... and fail only on new ones
+  streamcheck scan --diff .                             the fixes as a diff; --fix applies them (--unsafe-fixes: syncs)
+  streamcheck scan --diff-base origin/main .            only findings on lines changed since origin/main
 
 {configuration}
-suppression: `# streamcheck: ignore[SC101]` (or bare `# streamcheck: ignore`) on the reported line
+
+suppression: `# streamcheck: ignore[SC101]` or `# noqa: SC101` on any line the finding names (bare
+  `# streamcheck: ignore`: every rule); `# streamcheck: ignore-file[SC104]` anywhere in a file
 documentation of a rule: streamcheck explain SC101
 """.format(configuration=textwrap.fill("configuration: [tool.streamcheck] in pyproject.toml, keys "
                                        + ", ".join(CONFIG_KEYS), 110, subsequent_indent="  ", break_on_hyphens=False))
@@ -40,6 +46,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=list(FORMATS), default="text", help="output format (default: text)")
     parser.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE instead of stdout")
     parser.add_argument("--exit-zero", action="store_true", help="exit 0 even when there are findings")
+    parser.add_argument("-q", "--quiet", action="store_true",
+                        help="print the findings only: no summary line, no notices on stderr")
+    parser.add_argument("--statistics", action="store_true",
+                        help="print how many findings each rule has ([*]: --fix can fix them) instead of the findings")
+    parser.add_argument("--show-settings", action="store_true",
+                        help="print the configuration in effect (file, root, every key) and exit")
+    parser.add_argument("--show-files", action="store_true", help="print the files the scan would read and exit")
+    parser.add_argument("--stdin-filename", metavar="NAME",
+                        help="with PATH '-': the name of the source read from stdin (for config and reports)")
     parser.add_argument("--config", metavar="FILE", help="read [tool.streamcheck] from FILE, not the nearest pyproject")
     fixing = parser.add_argument_group("fixes (each inserts the missing wait, record_stream or synchronize)")
     fixing.add_argument("--fix", action="store_true", help="apply the safe fixes, then report what is left")
@@ -95,9 +110,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from streamcheck.commands.scan_extras import STDIN, StdinSource
+
+    if STDIN in (args.paths or []) or (args.stdin_filename and not args.paths):
+        if args.paths not in ([STDIN], None, []) or args.project or args.fix:
+            print("streamcheck scan: '-' (stdin) is scanned alone, without --project or --fix (use --diff)",
+                  file=sys.stderr)
+            return EXIT_ERROR
+        stdin = StdinSource(args.stdin_filename)
+        try:
+            args.paths = [stdin.path]
+            args.stdin_map = {stdin.name: stdin.path}
+            return _run(args, stdin)
+        finally:
+            stdin.close()
+    return _run(args, None)
+
+
+def _run(args: argparse.Namespace, stdin) -> int:
     from pathlib import Path
 
     from streamcheck.baseline import BaselineError, read_baseline, write_baseline
+    from streamcheck.commands.scan_extras import show_files, show_settings, statistics
     from streamcheck.config import ConfigError, check_rule_codes, load_config, parse_per_file_ignores, split_csv
     from streamcheck.git_scope import GitError
 
@@ -123,11 +157,23 @@ def run(args: argparse.Namespace) -> int:
         config_file = Path(args.config) if args.config else None
         if config_file is not None and not config_file.is_file():
             raise ConfigError(str(config_file), "", f"cannot read {config_file} (--config): no such file")
-        config = load_config(config_file, _common_start(args.paths), overrides)
+        start = _common_start([stdin.name]) if stdin else _common_start(args.paths)
+        config = load_config(config_file, start, overrides)
         baseline = read_baseline(args.baseline) if args.baseline else None
     except (ConfigError, BaselineError) as exc:
         print(f"streamcheck scan: {exc}", file=sys.stderr)
         return EXIT_ERROR
+
+    if args.show_settings:
+        show_settings(config)
+        return EXIT_CLEAN
+    if args.show_files:
+        try:
+            show_files(args.paths, config)
+        except Exception as exc:  # MissingPath
+            print(f"streamcheck scan: {exc}: no such file or folder", file=sys.stderr)
+            return EXIT_ERROR
+        return EXIT_CLEAN
 
     from streamcheck import scanning
 
@@ -142,17 +188,35 @@ def run(args: argparse.Namespace) -> int:
     except GitError as exc:
         print(f"streamcheck scan: --diff-base {args.diff_base}: {exc}", file=sys.stderr)
         return EXIT_ERROR
-    scan_once = lambda: _scan(args, config, backend, baseline, keep)  # noqa: E731
+    if stdin is not None:
+        keep_all = keep
+
+        def keep(finding, _keep=keep_all):
+            return _keep is None or _keep(finding)
+
+    def scan_once():
+        result = _scan(args, config, backend, baseline, keep)
+        if stdin is not None and not isinstance(result, int):
+            stdin.rename(result, config)
+        return result
+
+
     result = scan_once()
     if isinstance(result, int):
         return result
     if args.fix or args.diff:
-        result = _fix(args, result, scan_once)
+        from streamcheck.fix_files import run_fixes
+
+        result = run_fixes(args, result, scan_once)
         if isinstance(result, int):
             return result
 
-    for reason in result.skipped:
-        print(f"streamcheck: skipped {reason}", file=sys.stderr)
+    if not args.quiet:
+        for reason in result.skipped:
+            print(f"streamcheck: skipped {reason}", file=sys.stderr)
+    if args.statistics:
+        statistics(result.findings)
+        return EXIT_FINDINGS if result.findings and not args.exit_zero else EXIT_CLEAN
 
     try:
         if args.write_baseline:
@@ -193,9 +257,10 @@ def _scan(args: argparse.Namespace, config, backend, baseline, keep=None):
 
 def _scan_all(args: argparse.Namespace, config, backend, baseline):
     from streamcheck import scanning
+    from streamcheck.commands.scan_extras import Progress
     from streamcheck.sources import MissingPath
 
-    progress = None if args.no_progress else _Progress.maybe(sys.stderr)
+    progress = None if args.no_progress else Progress.maybe(sys.stderr)
     try:
         return scanning.scan(
             args.paths,
@@ -220,44 +285,6 @@ def _scan_all(args: argparse.Namespace, config, backend, baseline):
     finally:
         if progress:
             progress.close()
-
-
-# A fix can make the next finding of a file reachable (two races on one tensor): a few rounds, never forever.
-_FIX_ROUNDS = 4
-
-
-def _fix(args: argparse.Namespace, result, scan_once):
-    """--diff: print what --fix would change and return the exit code. --fix: apply, rescan, return what is left."""
-    from streamcheck.fix_files import fix_findings, plural
-
-    if args.diff:
-        outcome = fix_findings(result.findings, args.unsafe_fixes, write=False)
-        sys.stdout.write("".join(outcome.diffs))
-        print(f"streamcheck: would fix {plural(len(outcome.applied), 'finding')} in "
-              f"{plural(len(outcome.files), 'file')}{_unsafe_hint(outcome.unsafe_left)}", file=sys.stderr)
-        return EXIT_FINDINGS if outcome.applied else EXIT_CLEAN
-    fixed, files, unsafe_left = 0, set(), 0
-    for _ in range(_FIX_ROUNDS):
-        outcome = fix_findings(result.findings, args.unsafe_fixes, write=True)
-        for error in outcome.errors:
-            print(f"streamcheck scan: {error}", file=sys.stderr)
-        unsafe_left = outcome.unsafe_left
-        if not outcome.applied:
-            break
-        fixed += len(outcome.applied)
-        files.update(outcome.files)
-        result = scan_once()
-        if isinstance(result, int):
-            return result
-    print(f"streamcheck: fixed {plural(fixed, 'finding')} in {plural(len(files), 'file')}, "
-          f"{len(result.findings)} left{_unsafe_hint(unsafe_left)}", file=sys.stderr)
-    return result
-
-
-def _unsafe_hint(count: int) -> str:
-    if not count:
-        return ""
-    return f"; {count} more with --unsafe-fixes (they block the host: a performance change)"
 
 
 def runtime_rule_ids() -> list[str]:
@@ -291,6 +318,7 @@ def _write(args: argparse.Namespace, result, backend) -> None:
             parsed=result.parsed,
             skipped=result.skipped,
             color=color,
+            quiet=args.quiet,
         )
         write_report(args.format, result.findings, out, context)
     finally:
@@ -309,38 +337,3 @@ def rule_infos(backend) -> dict:
     docs = {**DRIVER_RULES, **backend.rule_docs}
     return {rule_id: RuleInfo(rule_id, summary, doc, names.get(rule_id, ""))
             for rule_id, (summary, doc) in sorted(docs.items())}
-
-
-class _Progress:
-    """A rich progress bar on stderr that appears only once extraction has run for a second, and only on a tty."""
-
-    DELAY_S = 1.0
-
-    def __init__(self, stream):
-        self._stream = stream
-        self._started = time.perf_counter()
-        self._bar = None
-        self._task = None
-
-    @classmethod
-    def maybe(cls, stream) -> "_Progress | None":
-        from streamcheck.report import is_tty
-
-        return cls(stream) if is_tty(stream) else None
-
-    def __call__(self, done: int, total: int) -> None:
-        if self._bar is None:
-            if time.perf_counter() - self._started < self.DELAY_S or done >= total:
-                return
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-            self._bar = Progress(TextColumn("scanning"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                                 console=Console(file=self._stream), transient=True)
-            self._bar.start()
-            self._task = self._bar.add_task("scan", total=total)
-        self._bar.update(self._task, completed=done)
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.stop()

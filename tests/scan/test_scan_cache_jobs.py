@@ -145,11 +145,11 @@ class _Terminal(io.StringIO):
 
 
 def test_progress_bar_only_on_a_terminal_and_only_after_a_second(monkeypatch):
-    assert scan_command._Progress.maybe(io.StringIO()) is None
+    assert scan_command.Progress.maybe(io.StringIO()) is None
     clock = [100.0]
     monkeypatch.setattr(scan_command.time, "perf_counter", lambda: clock[0])
     terminal = _Terminal()
-    progress = scan_command._Progress.maybe(terminal)
+    progress = scan_command.Progress.maybe(terminal)
     progress(1, 10)
     assert progress._bar is None  # less than a second in
     clock[0] += 1.5
