@@ -148,3 +148,25 @@ def test_building_the_wheel_prints_no_setuptools_warning(tmp_path):
                            "-w", str(tmp_path), str(ROOT)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "Warning" not in done.stderr and "deprecated" not in done.stderr
+
+
+def test_the_readme_github_actions_workflow_uses_real_options():
+    import re
+
+    import yaml
+
+    from streamcheck.cli import build_parser
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    (block,) = re.findall(r"```yaml\n(# \.github/workflows/streamcheck\.yml\n.*?)```", readme, re.S)
+    workflow = yaml.safe_load(block)
+    steps = workflow["jobs"]["scan"]["steps"]
+    assert workflow["permissions"] == {"contents": "read", "security-events": "write"}
+    assert [s.get("uses", "").split("@")[0] for s in steps if "uses" in s] == [
+        "actions/checkout", "actions/setup-python", "github/codeql-action/upload-sarif"]
+    commands = [s["run"] for s in steps if s.get("run", "").startswith("streamcheck ")]
+    assert len(commands) == 2
+    parser = build_parser()
+    for command in commands:
+        argv = command.replace("${{ github.base_ref }}", "main").split()[1:]
+        parser.parse_args(argv)  # exits 2 (SystemExit) on an option that does not exist
