@@ -30,6 +30,7 @@ class RaceError(RuntimeError):
 
 class _ThreadState(threading.local):
     deferred = None  # a class default: reading it on a thread that never set it raises nothing (cheaper)
+    captured = None  # a list while this thread captures a CUDA graph (instrument/launches.py)
 
 
 class Tee:
@@ -222,6 +223,13 @@ class Recorder:
         it fired. The per-op path: no intermediate call list."""
         if site < 0 and self._backward_caller is not None:
             site = self.backward_site  # no Python frame: blamed on the backward() call it runs in
+        captured = self._tls.captured
+        if captured is not None and stream is not thread:
+            # Captured into a CUDA graph: nothing runs now; the graph's replays emit it (instrument/launches.py)
+            captured.append((int(stream[5:].split("/", 1)[0]), tuple(reads), tuple(writes), site, op))
+            if deferred:
+                self.emit_now(deferred)
+            return
         try:
             with self.lock:
                 sink = self.sink
@@ -241,6 +249,10 @@ class Recorder:
             self.fail(exc)
         if self.pending_raise is not None:
             self.take_pending_raise()
+
+    def capture_into(self, accesses: list | None) -> None:
+        """This thread's device accesses go to `accesses` (a CUDA graph being captured) until called with None."""
+        self._tls.captured = accesses
 
     def emit_storage_info(self, storage: int, info: dict) -> None:
         """Names and shapes for reports (the sink's storage_info takes keyword arguments)."""

@@ -64,7 +64,8 @@ class SiteTable:
 
     def _classify(self, code) -> bool:
         filename = code.co_filename
-        internal = filename.startswith(self._internal_prefixes) or filename.startswith("<frozen")
+        internal = (filename.startswith(self._internal_prefixes) or filename.startswith("<frozen")
+                    or "/torchinductor_" in filename)  # inductor's generated code: blame who called the compiled fn
         self._is_internal_code[id(code)] = internal
         self._code_keepalive[id(code)] = code
         return internal

@@ -220,6 +220,11 @@ class Watch:
         threads = ThreadHooks(rec, native_hooks.thread_entry if native_hooks is not None else make_mode)
         threads.install()
         self._hooks.append(threads)
+        from .launches import LaunchHooks
+
+        launches = LaunchHooks(rec)  # inductor's Triton kernels and CUDA graph replays: no dispatcher op
+        launches.install()
+        self._hooks.append(launches)
         if self.steps is not None:
             from .sampling import StepWindow
 

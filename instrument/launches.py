@@ -1,0 +1,176 @@
+"""Work that never reaches the dispatcher: inductor's Triton kernels (torch.compile) and CUDA graph replays.
+
+Triton kernels. Code compiled by inductor launches its kernels with `CachingAutotuner.run(*args, stream=...)`, a
+Python method, with the kernel's arguments in the order of `triton_meta["signature"]`. Each launch is one kernel on
+the launching stream: arguments named `out_ptr*` / `in_out_ptr*` or listed in `mutated_arg_names` are written, the
+other tensor arguments read. The program keeps running compiled; aten ops the compiled code calls (extern kernels,
+allocations) reach the op hooks as usual. The module is patched when it is imported (it costs seconds to import,
+so the watch does not import it itself). Frames of inductor's generated code are not the program's (sites.py).
+
+CUDA graphs. Ops enqueued while a thread captures a graph do not run: their accesses are kept with the graph (in
+capture order, with their capture sites) instead of reaching the detector, and each `replay()` emits them as
+kernels of the stream it replays on. A race against a replayed access is blamed on the captured op's site, with
+" (CUDA graph replay)" in its op name. The graph's internal stream order is kept as one sequence on the replay
+stream: races between a graph's own branches are not looked for.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import sys
+import threading
+from typing import Any
+
+import torch
+
+from .dispatch import byte_range
+from .recorder import Recorder
+
+TRITON_HEURISTICS = "torch._inductor.runtime.triton_heuristics"
+_WRITTEN_PREFIXES = ("out_ptr", "in_out_ptr")
+
+
+def device_of(tensor: torch.Tensor) -> int:
+    """The CUDA device of a kernel argument (-1: not a device tensor); tests stand CPU tensors in for it."""
+    return tensor.get_device()
+
+
+class _PatchOnImport(importlib.abc.MetaPathFinder):
+    """Runs `patch(module)` right after `name` is executed, the first time it is imported."""
+
+    def __init__(self, name: str, patch: Any) -> None:
+        self.name = name
+        self.patch = patch
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        exec_module = spec.loader.exec_module
+        patch = self.patch
+
+        def exec_and_patch(module):
+            exec_module(module)
+            patch(module)
+
+        spec.loader.exec_module = exec_and_patch
+        return spec
+
+
+class LaunchHooks:
+    """Installs the Triton launch hook and the CUDA graph capture/replay hooks."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        self.recorder = recorder
+        self._saved: list[tuple[Any, str, Any]] = []
+        self._finder: _PatchOnImport | None = None
+        self._capturing = threading.local()
+
+    # ---- Triton -------------------------------------------------------------------------------------------------
+    def _patch_triton(self, module: Any) -> None:
+        autotuner = getattr(module, "CachingAutotuner", None)
+        if autotuner is None or "run" not in vars(autotuner):
+            return
+        original = autotuner.run
+        hooks = self
+
+        def run(self, *args, stream, **kwargs):
+            out = original(self, *args, stream=stream, **kwargs)
+            rec = hooks.recorder
+            if rec.active and not kwargs.get("benchmark_run", False):
+                try:
+                    hooks._launched(self, args, stream)
+                except Exception as exc:  # noqa: BLE001
+                    rec.fail(exc)
+            return out
+
+        self._saved.append((autotuner, "run", original))
+        autotuner.run = run
+
+    def _launched(self, kernel: Any, args: tuple, stream: int) -> None:
+        names = list((kernel.triton_meta or {}).get("signature", {}))
+        mutated = set(getattr(kernel, "mutated_arg_names", ()) or ())
+        reads: list = []
+        writes: list = []
+        device = -1
+        for position, value in enumerate(args):
+            if not isinstance(value, torch.Tensor):
+                continue
+            on = device_of(value)
+            rng = byte_range(value)
+            if on < 0 or rng is None:
+                continue
+            device = on if device < 0 else device
+            name = names[position] if position < len(names) else ""
+            (writes if name.startswith(_WRITTEN_PREFIXES) or name in mutated else reads).append(rng)
+        if device < 0:
+            return
+        rec = self.recorder
+        site = rec.sites.capture(3)
+        op = f"triton:{getattr(kernel.fn, '__name__', 'kernel')}"
+        rec.emit_access(rec.thread_actor(), rec.stream_actor(device, stream), reads, writes, site, op, None, None)
+
+    # ---- CUDA graphs ----------------------------------------------------------------------------------------------
+    def _patch_graphs(self) -> None:
+        graph_class = torch.cuda.CUDAGraph
+        hooks = self
+        begin, end, replay = graph_class.capture_begin, graph_class.capture_end, graph_class.replay
+
+        def capture_begin(graph, *args, **kwargs):
+            out = begin(graph, *args, **kwargs)
+            graph._streamcheck_accesses = []
+            hooks.recorder.capture_into(graph._streamcheck_accesses)
+            return out
+
+        def capture_end(graph, *args, **kwargs):
+            hooks.recorder.capture_into(None)
+            return end(graph, *args, **kwargs)
+
+        def replay_(graph, *args, **kwargs):
+            out = replay(graph, *args, **kwargs)
+            hooks.replayed(getattr(graph, "_streamcheck_accesses", None))
+            return out
+
+        for name, replacement in (("capture_begin", capture_begin), ("capture_end", capture_end),
+                                  ("replay", replay_)):
+            self._saved.append((graph_class, name, vars(graph_class).get(name)))
+            setattr(graph_class, name, replacement)
+
+    def replayed(self, captured: list | None) -> None:
+        """A graph was replayed on this thread's current stream: its captured accesses happen now, on that stream."""
+        rec = self.recorder
+        if not captured or not rec.active:
+            return
+        try:
+            thread = rec.thread_actor()
+            for device, reads, writes, site, op in captured:
+                rec.emit_access(thread, rec.stream_actor(device), list(reads), list(writes), site,
+                                f"{op} (CUDA graph replay)", None, None)
+        except Exception as exc:  # noqa: BLE001
+            rec.fail(exc)
+
+    # ---- life cycle -----------------------------------------------------------------------------------------------
+    def install(self) -> None:
+        if TRITON_HEURISTICS in sys.modules:
+            self._patch_triton(sys.modules[TRITON_HEURISTICS])
+        else:
+            self._finder = _PatchOnImport(TRITON_HEURISTICS, self._patch_triton)
+            sys.meta_path.insert(0, self._finder)
+        if torch.cuda.is_available() and hasattr(torch.cuda, "CUDAGraph"):
+            self._patch_graphs()
+
+    def uninstall(self) -> None:
+        if self._finder is not None and self._finder in sys.meta_path:
+            sys.meta_path.remove(self._finder)
+        self._finder = None
+        self.recorder.capture_into(None)
+        while self._saved:
+            owner, name, original = self._saved.pop()
+            if original is None:
+                delattr(owner, name)  # it was inherited: the base class's method shows again
+            else:
+                setattr(owner, name, original)

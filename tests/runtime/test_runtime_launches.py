@@ -1,0 +1,99 @@
+"""Triton launches of compiled code and CUDA graph replays (instrument/launches.py), driven on CPU.
+
+A stand-in for inductor's CachingAutotuner (the same `run(*args, stream=...)` method and `triton_meta` signature)
+is patched as the real one is; CPU tensors stand for device-0 tensors. Graph capture goes through the Recorder's
+capture list exactly as the wrapped CUDAGraph.capture_begin / replay drive it.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import types
+
+import pytest
+import torch
+
+from streamcheck.instrument import launches
+from streamcheck.instrument.detector import Detector
+from streamcheck.instrument.launches import LaunchHooks
+from streamcheck.instrument.recorder import Recorder
+
+
+def base_of(t):
+    return t.untyped_storage().data_ptr()
+
+
+def thread():
+    return f"T{threading.get_ident()}"
+
+
+class FakeAutotuner:
+    def __init__(self, names, mutated=()):
+        self.triton_meta = {"signature": {name: "*fp32" for name in names}}
+        self.mutated_arg_names = list(mutated)
+        self.fn = types.SimpleNamespace(__name__="triton_poi_fused_add_0")
+        self.launched = 0
+
+    def run(self, *args, stream, benchmark_run=False, **kwargs):
+        self.launched += 1
+
+
+@pytest.fixture
+def hooks(monkeypatch):
+    fake = types.ModuleType(launches.TRITON_HEURISTICS)
+    fake.CachingAutotuner = FakeAutotuner
+    monkeypatch.setitem(sys.modules, launches.TRITON_HEURISTICS, fake)
+    monkeypatch.setattr(launches, "device_of", lambda tensor: 0)
+    original_run = FakeAutotuner.run
+    rec = Recorder(Detector())
+    hooks = LaunchHooks(rec)
+    hooks.install()
+    try:
+        yield hooks
+    finally:
+        hooks.uninstall()
+    assert FakeAutotuner.run is original_run
+
+
+def test_a_compiled_kernel_writes_its_out_ptrs_and_mutated_args_and_reads_the_rest(hooks):
+    x, y, out = torch.ones(4), torch.ones(4), torch.empty(4)
+    kernel = FakeAutotuner(["in_ptr0", "in_out_ptr0", "out_ptr0", "xnumel"], mutated=["in_out_ptr0"])
+    kernel.run(x, y, out, 4, stream=5)
+    assert kernel.launched == 1  # the program keeps running its compiled kernel
+    detector = hooks.recorder.sink
+    detector.kernel(thread(), "cuda:0/s9", reads=[(base_of(out), 0, 16)], op="side read")
+    detector.kernel(thread(), "cuda:0/s9", reads=[(base_of(x), 0, 16)], op="side read of an input")
+    assert [(r.kind, r.earlier.actor, r.earlier.op, r.later.op) for r in detector.races] == [
+        ("RAW", "cuda:0/s5", "triton:triton_poi_fused_add_0", "side read")]
+    assert hooks.recorder.stream_actor_of_handle(5) == "cuda:0/s5"
+
+
+def test_waiting_for_the_launching_stream_orders_the_read(hooks):
+    out = torch.empty(4)
+    FakeAutotuner(["out_ptr0", "xnumel"]).run(out, 4, stream=5)
+    detector = hooks.recorder.sink
+    detector.event_record(thread(), 1, "cuda:0/s5")
+    detector.event_wait(thread(), 1, "cuda:0/s9")
+    detector.kernel(thread(), "cuda:0/s9", reads=[(base_of(out), 0, 16)], op="side read")
+    assert detector.races == []
+
+
+@pytest.mark.parametrize("waited", [False, True])
+def test_captured_accesses_happen_at_each_replay_on_the_replay_stream(hooks, waited):
+    rec = hooks.recorder
+    detector = rec.sink
+    captured: list = []
+    rec.capture_into(captured)
+    rec.emit_access(thread(), "cuda:0/s3", [], [(1, 0, 64)], 7, "aten::add_", None, None)
+    rec.capture_into(None)
+    assert detector.shadows == {}  # nothing ran while capturing
+    assert captured == [(0, (), ((1, 0, 64),), 7, "aten::add_")]
+    rec.current_raw_stream = lambda device: 4
+    hooks.replayed(captured)
+    if waited:
+        detector.event_record(thread(), 1, "cuda:0/s4")
+        detector.event_wait(thread(), 1, "cuda:0/s9")
+    detector.kernel(thread(), "cuda:0/s9", reads=[(1, 0, 64)], op="side read")
+    races = [(r.kind, r.earlier.actor, r.earlier.op, r.earlier.site) for r in detector.races]
+    assert races == ([] if waited else [("RAW", "cuda:0/s4", "aten::add_ (CUDA graph replay)", 7)])
