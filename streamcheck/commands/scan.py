@@ -319,11 +319,22 @@ def _write(args: argparse.Namespace, result, backend) -> None:
             skipped=result.skipped,
             color=color,
             quiet=args.quiet,
+            width=_terminal_width(out) if not args.output else 0,
         )
         write_report(args.format, result.findings, out, context)
     finally:
         if args.output:
             out.close()
+
+
+def _terminal_width(out) -> int:
+    from streamcheck.report import is_tty
+
+    if not is_tty(out):
+        return 0
+    import shutil
+
+    return max(40, shutil.get_terminal_size().columns)
 
 
 def rule_infos(backend) -> dict:

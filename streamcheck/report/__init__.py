@@ -44,6 +44,7 @@ class ReportContext:
     scope: str = ""  # what was checked, when not files (runtime reports: "2 ranks"); the text summary says it
     runtime_layout: bool = False  # text only: runtime races laid out by report/runtime_text.py (streamcheck report)
     quiet: bool = False  # text, concise: findings only, no summary line (-q)
+    width: int = 0  # text: wrap at word boundaries to this many columns (a terminal's width); 0: never wrap
     root: str = ""  # sarif: the folder URIs are relative to; "" -> the git repository around the current folder
 
     def rule(self, rule_id: str) -> RuleInfo:

@@ -29,16 +29,18 @@ TEXT_EXTRAS = ("streams", "tensor")
 
 
 def write(findings: list[Finding], out: TextIO, context: ReportContext) -> None:
-    console = make_console(out, context.color)
+    console = make_console(out, context.color, context.width)
     for finding in findings:
         console.print(render(finding, context))
     if not context.quiet:
         console.print(summary(findings, context))
 
 
-def make_console(out: TextIO, color: bool) -> Console:
-    return Console(file=out, highlight=False, soft_wrap=True, emoji=False, force_terminal=color, no_color=not color,
-                   color_system="auto" if color else None)
+def make_console(out: TextIO, color: bool, width: int = 0) -> Console:
+    """`width` > 0 (a terminal): lines are wrapped at word boundaries to it, rather than cut mid-word by the
+    terminal; 0 (a file, a pipe): never wrapped, so tools see one line per line."""
+    return Console(file=out, highlight=False, soft_wrap=not width, width=width or None, emoji=False,
+                   force_terminal=color, no_color=not color, color_system="auto" if color else None)
 
 
 def render(finding: Finding, context: ReportContext) -> Text:

@@ -170,3 +170,21 @@ def test_the_readme_github_actions_workflow_uses_real_options():
     for command in commands:
         argv = command.replace("${{ github.base_ref }}", "main").split()[1:]
         parser.parse_args(argv)  # exits 2 (SystemExit) on an option that does not exist
+
+
+def test_text_on_a_terminal_wraps_at_word_boundaries():
+    import io
+
+    from streamcheck.findings import Finding, Location
+    from streamcheck.report import ReportContext, write_report
+
+    words = ["stream-ordering", "hazard", "between", "`self.allgather_stream`", "and", "the", "current", "stream"] * 4
+    finding = Finding(rule="SC101", message=" ".join(words), primary=Location("x.py", 1, 1))
+    out = io.StringIO()
+    write_report("text", [finding], out, ReportContext(width=60))
+    lines = out.getvalue().splitlines()[:-2]
+    assert all(len(line) <= 60 for line in lines)
+    assert " ".join(" ".join(lines).split()) == "x.py:1:1: SC101 " + " ".join(words)  # no word cut in two
+    wide = io.StringIO()
+    write_report("text", [finding], wide, ReportContext())  # a file or a pipe: one line, never wrapped
+    assert wide.getvalue().splitlines()[0] == "x.py:1:1: SC101 " + " ".join(words)
