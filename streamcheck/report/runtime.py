@@ -258,8 +258,11 @@ def _code_name(actor: str, other: str) -> str:
     return name
 
 
-def fix_hint(kind: str, earlier: AccessView, later: AccessView) -> tuple[str, str]:
-    """(the missing edge in words, the fix as code at its place)."""
+def fix_hint(kind: str, earlier: AccessView, later: AccessView,
+             code: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """(the missing edge in words, the fix as code at its place). `code`: actor -> the name the program's code
+    gives it (report/stream_names.py); where both streams have one, the fix uses them instead of placeholders."""
+    code = code or {}
     before, after = later.where, earlier.where
     if kind == "FREE":
         user = _code_name(earlier.actor, later.actor)
@@ -300,6 +303,10 @@ def fix_hint(kind: str, earlier: AccessView, later: AccessView) -> tuple[str, st
     source = _code_name(earlier.actor, waiter_actor)
     missing = f"{waiter_label} never waited for {earlier.stream} after {after}"
     what = f"the {later.op} is launched" if later.launch_actor else f"the {later.verb}"
+    if code.get(waiter_actor) and code.get(earlier.actor):
+        waiter, source = code[waiter_actor], code[earlier.actor]
+        return missing, (f"add `{waiter}.wait_stream({source})` before {what} at {before}; or record an event on "
+                         f"{source} after {after} and call `{waiter}.wait_event(event)` there")
     fix = (f"add `{waiter}.wait_stream({source})` before {what} at {before} ({waiter} = {waiter_label}, "
            f"{source} = {earlier.stream}); or record an event on {source} after {after} and call "
            f"`{waiter}.wait_event(event)` there")
@@ -315,7 +322,9 @@ def describe(finding: Finding, world_size: int | None = None) -> RaceView:
     earlier = _access(finding, "earlier", names, world_size)
     later = _access(finding, "later", names, world_size)
     tensor, tensor_name = tensor_text(finding)
-    missing, fix = fix_hint(finding.kind, earlier, later)
+    from streamcheck.report.stream_names import code_names
+
+    missing, fix = fix_hint(finding.kind, earlier, later, code_names(finding, names))
     ranks = [int(r) for r in extra.get("ranks", [extra["rank"]] if "rank" in extra else [])]
     counts = extra.get("counts_by_rank") if isinstance(extra.get("counts_by_rank"), dict) else {}
     steps = [int(s) for s in extra.get("steps", [])] if isinstance(extra.get("steps"), list) else []
