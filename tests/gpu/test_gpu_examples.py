@@ -1,4 +1,4 @@
-"""Scenarios 20-27 as real programs on GPUs, each run under `streamcheck run`: racy -> exactly its finding, fixed -> none.
+"""Scenarios 20-35 as real programs on GPUs, each run under `streamcheck run`: racy -> exactly its finding, fixed -> none.
 
 Each racy example marks its two accesses with `# streamcheck: earlier` and `# streamcheck: race`; the finding must
 point at exactly those lines (primary = the later access, first related = the earlier one).
@@ -35,6 +35,12 @@ ONE_GPU = {
     "user_threads": ("SC201", "WAW"),
     "backward_hook_hpz": ("SC201", "RAW"),
     "hpz_race": ("SC201", "RAW"),
+    "compiled_write": ("SC201", "RAW"),
+    "graph_replay": ("SC201", "RAW"),
+    "free_then_reuse": ("SC202", "FREE"),
+    "future_wait_side": ("SC201", "RAW"),
+    "view_as_metadata": ("SC201", "RAW"),
+    "pinned_queue_handoff": ("SC203", "HOST"),
 }
 
 
@@ -69,7 +75,7 @@ def run_example(script: Path, out: Path, nproc: int = 1) -> tuple[int, list]:
 # often the race happens (hpz_race: 20 steps x 2 parameters whose secondary shards the all-gather reads).
 LINES_BY_TEXT = {"hpz_race": {"earlier": "param.secondary_shard.copy_(param.view(-1))",
                               "race": "flat = torch.cat([p.secondary_shard for p in params])"}}
-COUNTS = {"hpz_race": 40}
+COUNTS = {"hpz_race": 40, "free_then_reuse": 2}
 
 
 def expected_line(name: str, script: Path, marker: str) -> int:

@@ -18,6 +18,7 @@ PAIRS = [
     ("pinned_overwrite_h2d", "SC103", "WAR", "h"),
     ("free_without_record_stream", "SC104", "FREE", "t1"),
     ("async_collective", "SC105", "RAW", "t1"),
+    ("future_wait_side", "SC105", "RAW", "t"),
 ]
 
 
