@@ -6,7 +6,8 @@ benchmarks/triage/real_code.tsv is tab-separated, one header line, then one row 
 
 A finding is identified by (package, version, rule, kind, path, line, detail, other): for a pinned release the
 primary location does not move; `detail` (the finding's accessed path, `extra["path"]`, e.g. "param.ds_tensor")
-and `other` (path:line of its first related read, write or free) tell apart findings on one line. `verdict` is one of VERDICTS; `todo` marks a row written by --write-missing
+and `other` (path:line of its first related read, write or free) tell apart findings on one line; findings that
+still share a key need one row each. `verdict` is one of VERDICTS; `todo` marks a row written by --write-missing
 that nobody has judged yet. Lines starting with "#" are comments.
 """
 
@@ -80,7 +81,6 @@ class Matching:
     verdicts: Counter  # verdict -> findings
     missing: list[Key]  # findings with no row
     stale: list[TriageRow]  # rows of the scanned packages whose finding is gone
-    duplicates: list[Key]  # keys with more than one row
 
     @property
     def findings(self) -> int:
@@ -92,24 +92,21 @@ class Matching:
 
 
 def match(keys: list[Key], rows: list[TriageRow], scanned: set[tuple[str, str]]) -> Matching:
-    """Judge every finding key by its row. Only rows of the `scanned` (package, version) pairs can be stale."""
-    by_key: dict[Key, TriageRow] = {}
-    duplicates = []
+    """Judge every finding key by a row of the same key, each row judging one finding (findings that differ only
+    in what the key leaves out, e.g. their stream context, need as many rows as there are findings). Rows left
+    over are stale when they belong to one of the `scanned` (package, version) pairs."""
+    unused: dict[Key, list[TriageRow]] = {}
     for row in rows:
-        if row.key in by_key:
-            duplicates.append(row.key)
-        by_key[row.key] = row
+        unused.setdefault(row.key, []).append(row)
     verdicts: Counter = Counter()
     missing = []
     for key in keys:
-        row = by_key.get(key)
-        if row is None:
-            missing.append(key)
+        if unused.get(key):
+            verdicts[unused[key].pop(0).verdict] += 1
         else:
-            verdicts[row.verdict] += 1
-    present = set(keys)
-    stale = [row for row in by_key.values() if row.key not in present and (row.package, row.version) in scanned]
-    return Matching(verdicts, missing, stale, duplicates)
+            missing.append(key)
+    stale = [row for left in unused.values() for row in left if (row.package, row.version) in scanned]
+    return Matching(verdicts, missing, stale)
 
 
 def append_rows(path: Path, keys: list[Key]) -> None:

@@ -165,26 +165,51 @@ def is_flagged(findings: list, near: list[Function]) -> bool:
                for finding in findings for path, line in locations(finding) for fn in near)
 
 
-def measure(target: Target, sites: list[tuple[str, int]], harmless: set, cache: Path) -> tuple[int, int, int]:
+def measure(target: Target, sites: list[tuple[str, int]], cache: Path) -> list[tuple[str, int, bool]]:
+    """(path, line, flagged) of every committed site still found by the rule; prints one line per site."""
     tree = unpacked(target.package, cache)
     started = time.perf_counter()
     program = Program(tree, target.program)
     print(f"{target.name} {target.package.version}: {len(program.paths)} files in the program, "
           f"{len(program.base)} findings unmodified, {time.perf_counter() - started:.1f} s", flush=True)
     by_place = {(s.path, s.line): s for s in list_sites(target, tree)}
-    flagged = harmful = 0
+    outcomes = []
     for path, line in sites:
         site = by_place.get((path, line))
         if site is None:
             print(f"  gone    {path}:{line} (the committed site is not found by the rule any more)")
             continue
-        is_harmless = (target.name, path, line) in harmless
         hit = is_flagged(program.new_findings(site), program.near(site))
-        flagged += hit and not is_harmless
-        harmful += not is_harmless
-        verdict = "flagged" if hit else "missed"
-        print(f"  {verdict:7} {'harmless ' if is_harmless else ''}{path}:{line}  {site.text}", flush=True)
-    return len(sites), flagged, len(sites) - harmful
+        outcomes.append((path, line, hit))
+        print(f"  {'flagged' if hit else 'missed':7} {path}:{line}  {site.text}", flush=True)
+    print(f"  ({len(outcomes)} mutations in {time.perf_counter() - started:.0f} s)", flush=True)
+    return outcomes
+
+
+def outcomes_of_log(log: Path) -> dict[str, list[tuple[str, int, bool]]]:
+    """The per-site lines of a saved run's output, by target (to score it again with a newer harmless file)."""
+    outcomes: dict[str, list[tuple[str, int, bool]]] = {}
+    current = None
+    for line in log.read_text(encoding="utf-8").splitlines():
+        words = line.split()
+        if not line.startswith(" ") and line.endswith(" s") and "files in the program" in line:
+            current = outcomes.setdefault(words[0], [])
+        elif current is not None and words and words[0] in ("flagged", "missed"):
+            path, number = words[1].rsplit(":", 1)
+            current.append((path, int(number), words[0] == "flagged"))
+    return outcomes
+
+
+def summary(name: str, outcomes: list[tuple[str, int, bool]], harmless: set) -> tuple[int, int, int]:
+    """Print and return (sites, flagged among the harmful ones, harmless)."""
+    sites = len(outcomes)
+    harmless_here = sum((name, path, line) in harmless for path, line, _ in outcomes)
+    flagged = sum(hit and (name, path, line) not in harmless for path, line, hit in outcomes)
+    harmful = sites - harmless_here
+    recall = f"{100 * flagged / harmful:.0f} %" if harmful else "n/a"
+    print(f"{name}: sites {sites}, flagged {flagged}, harmless {harmless_here}, "
+          f"recall {flagged}/{harmful} = {recall}", flush=True)
+    return sites, flagged, harmless_here
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -192,6 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list-sites", action="store_true", help=f"write {SITES_FILE.name} by the fixed rule")
     parser.add_argument("--package", action="append", help="only this target (repeatable)")
     parser.add_argument("--limit", type=int, default=0, help="only the first N sites of each target")
+    parser.add_argument("--rescore", type=Path, help="score a saved run's output again (no scan)")
     args = parser.parse_args(argv)
     targets = [t for t in TARGETS if not args.package or t.name in args.package]
     if not targets:
@@ -203,23 +229,21 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{t.name}: {sum(1 for r in rows if r[0] is t)} sites")
         return 0
     listed = committed(SITES_FILE)
-    harmless = set(committed(HARMLESS_FILE)) if HARMLESS_FILE.exists() else set()
+    harmless = committed(HARMLESS_FILE) if HARMLESS_FILE.exists() else set()
+    saved = outcomes_of_log(args.rescore) if args.rescore else {}
     totals = [0, 0, 0]
     for target in targets:
-        sites = sorted((path, line) for name, path, line in listed if name == target.name)
-        sites = sites[:args.limit] if args.limit else sites
-        counts = measure(target, sites, harmless, CACHE)
-        print_summary(target.name, *counts)
-        totals = [a + b for a, b in zip(totals, counts)]
-    print_summary("total", *totals)
-    return 0
-
-
-def print_summary(name: str, sites: int, flagged: int, harmless: int) -> None:
-    harmful = sites - harmless
+        if args.rescore:
+            outcomes = saved.get(target.name, [])
+        else:
+            sites = sorted((path, line) for name, path, line in listed if name == target.name)
+            outcomes = measure(target, sites[:args.limit] if args.limit else sites, CACHE)
+        totals = [a + b for a, b in zip(totals, summary(target.name, outcomes, harmless))]
+    sites, flagged, harmless_total = totals
+    harmful = sites - harmless_total
     recall = f"{100 * flagged / harmful:.0f} %" if harmful else "n/a"
-    print(f"{name}: sites {sites}, flagged {flagged}, harmless {harmless}, recall {flagged}/{harmful} = {recall}",
-          flush=True)
+    print(f"total: sites {sites}, flagged {flagged}, harmless {harmless_total}, recall {flagged}/{harmful} = {recall}")
+    return 0
 
 
 if __name__ == "__main__":

@@ -69,8 +69,6 @@ def judge(scans: list[PackageScan], triage: Path, write_missing: bool) -> int:
     result = match(keys, load_triage(triage), scanned)
     for row in result.stale:
         print(f"stale (finding gone): {format_key(row.key)}  [{row.verdict}]")
-    for key in result.duplicates:
-        print(f"duplicate triage row: {format_key(key)}")
     for key in result.missing:
         print(f"not triaged: {format_key(key)}")
     if result.missing and write_missing:

@@ -1,0 +1,8 @@
+"""The benchmark scripts live in benchmarks/ (not a package): make their modules importable for these tests."""
+
+import sys
+from pathlib import Path
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+if str(BENCHMARKS) not in sys.path:
+    sys.path.insert(0, str(BENCHMARKS))
