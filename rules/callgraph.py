@@ -44,6 +44,13 @@ BUILTIN_TYPES = frozenset({
 })
 
 
+# Builtins that take functions or classes as arguments without calling them.
+NO_CALLBACK_ARGS = frozenset({
+    "isinstance", "issubclass", "getattr", "hasattr", "setattr", "type", "id", "print", "repr", "str", "super",
+    "callable", "vars", "dir", "hash",
+})
+
+
 @dataclass(frozen=True, eq=False)  # one object per function: identity is equality
 class Function:
     id: str  # "<path>::<qualname>"
@@ -214,6 +221,20 @@ class CallGraph:
         module, _, name = target.rpartition(".")
         return [(f.path, name) for f in self._modules(module) if (f.path, name) in self._classes]
 
+    def _bases(self, cls: tuple[str, str]) -> list[tuple[str, str]]:
+        """The known bases of a class, nearest first (not the class itself)."""
+        order, seen = [], {cls}
+        up = deque([cls])
+        while up:
+            current = up.popleft()
+            for base in self._classes.get(current, ()):
+                for resolved in self._resolve_class(self._file(current[0]), base):
+                    if resolved not in seen:
+                        seen.add(resolved)
+                        order.append(resolved)
+                        up.append(resolved)
+        return order
+
     def _family(self, cls: tuple[str, str]) -> list[tuple[str, str]]:
         """The class, its known bases (upwards) and its known subclasses (downwards)."""
         if cls in self._family_memo:
@@ -303,7 +324,7 @@ class CallGraph:
             # the scanned tree. Only functions stored in an attribute of that name can be meant.
             return self._held_functions(file, parts[1])
         if parts[0] == "super()" and len(parts) == 2 and function.owner:
-            bases = self._family((file.path, function.owner))[1:]
+            bases = self._bases((file.path, function.owner))  # upwards only: super() never reaches a subclass
             return [(m[parts[1]], True) for c in bases if parts[1] in (m := self._methods.get(c, {}))]
         if all(p.isidentifier() for p in parts):
             found = self._resolve_name_in_file(file, callee, function.facts.qualname)
@@ -352,9 +373,9 @@ class CallGraph:
                 for callee, exact in self.resolve(function, call):
                     if callee in self.functions:
                         edges.append(Edge(function.id, call, callee, exact))
-                for ref in call.func_args:
+                for ref in () if call.callee in NO_CALLBACK_ARGS else call.func_args:
                     for callee in self._resolve_name_in_file(function.file, ref, function.facts.qualname):
-                        if callee in self.functions:
+                        if callee in self.functions and not callee.endswith(".__init__"):  # a class named, not called
                             edges.append(Edge(function.id, call, callee, False))
                 self._edges_by_call[(function.id, index, call.line)] = edges
                 for edge in edges:

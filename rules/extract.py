@@ -35,7 +35,8 @@ METADATA_ATTRS = frozenset({
 METADATA_METHODS = frozenset({
     "size", "dim", "numel", "nelement", "element_size", "stride", "storage_offset", "data_ptr", "is_contiguous",
     "is_pinned", "get_device", "type", "untyped_storage", "storage", "register_hook", "requires_grad_",
-    "retain_grad", "record_stream", "is_floating_point", "is_complex", "__len__",
+    "retain_grad", "record_stream", "is_floating_point", "is_complex", "__len__", "nbytes", "itemsize",
+    "is_shared", "is_set_to", "resize_", "resize_as_", "share_memory_", "requires_grad_", "set_",
 })
 
 # In-place-looking names that do not write tensor data.
@@ -316,8 +317,8 @@ class _FactsVisitor(ast.NodeVisitor):
         callee = dotted(node.func)
         func_args = tuple(
             dotted(a) for a in node.args if isinstance(a, (ast.Name, ast.Attribute)) and dotted(a) != "?")
-        args = tuple(access_path(a) or "" for a in node.args) + tuple(
-            f"{k.arg}={access_path(k.value) or ''}" for k in node.keywords if k.arg)
+        args = tuple(_arg_text(a) for a in node.args) + tuple(
+            f"{k.arg}={_arg_text(k.value)}" for k in node.keywords if k.arg)
         if not any(a.partition("=")[2] if "=" in a else a for a in args):
             args = ()
         self.fn.calls.append(
@@ -475,6 +476,23 @@ def _drop_unwritten_locals(fn: FunctionFacts) -> None:
     written = {a.path for a in fn.accesses if a.kind == "write" and "." not in a.path}
     params = set(fn.params)  # what a helper does to its parameters is what its callers do (summaries.py)
     fn.accesses = [a for a in fn.accesses if "." in a.path or a.path in written or a.owner or a.path in params]
+
+
+def _arg_text(expr: ast.AST) -> str:
+    """A call argument as an access path with its element index (`bufs[i]`), or "" when it is none."""
+    path = access_path(expr)
+    if not path:
+        return ""
+    index = _index_of(expr)
+    return f"{path}[{index}]" if index else path
+
+
+def split_index(text: str) -> tuple[str, str]:
+    """`bufs[i]` -> ("bufs", "i"); `x` -> ("x", "")."""
+    if text.endswith("]") and "[" in text:
+        path, _, index = text[:-1].partition("[")
+        return path, index
+    return text, ""
 
 
 def _index_of(expr: ast.AST) -> str:

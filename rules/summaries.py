@@ -14,6 +14,7 @@ from __future__ import annotations
 import builtins
 from typing import TYPE_CHECKING, Callable, Iterable
 
+from .extract import split_index
 from .facts import Access, Call
 from .orderings import Ordering, orderings_of, site_stream
 from .streams import CURRENT_STREAM, PARAM, UNKNOWN, stream_id
@@ -106,8 +107,11 @@ def bound_accesses(program: "Program", function: "Function") -> list[Access]:
             for edge in exact:
                 found.extend(_bind(program, function, call, edge, parameter_accesses(program, edge.callee)))
             if not edges and _calls_a_value(function, call):
-                found.extend(Access("read", arg, call.line, call.column, call.callee, call.region)
-                             for arg in call.args if arg and "=" not in arg)
+                for arg in call.args:
+                    if arg and "=" not in arg:
+                        path, index = split_index(arg)
+                        found.append(Access("read", path, call.line, call.column, call.callee, call.region,
+                                            index=index))
         return found
 
     return program.memo(("summaries.bound", function.id), build)
@@ -144,8 +148,11 @@ def _bind(program: "Program", caller: "Function", call: Call, edge: "Edge", acce
         if arg is None:
             continue
         op = access.op if " in " in access.op else f"{access.op} in {callee.facts.qualname}"
-        found.append(Access(access.kind, arg + dot + rest, call.line, call.column, op, call.region,
-                            access.collective, "", access.index))
+        path, index = split_index(arg)
+        if dot and index:
+            index = ""  # `bufs[i].grad`: the element's attribute, not told apart by the index
+        found.append(Access(access.kind, path + dot + rest, call.line, call.column, op, call.region,
+                            access.collective, "", index or access.index))
     return found
 
 
