@@ -15,8 +15,9 @@ that views overlap often): kernels (weighted up) and host accesses with 0-2 read
 record/wait (also as an adjacent pair, like wait_stream) and destroy, event/stream/device synchronize, thread
 start/join, stream creation, alloc/record_stream/free, sync and async collectives, work waits (blocking or not).
 
-CI runs STREAMCHECK_PROPERTY_EXAMPLES (default 300, derandomized) programs; the big run:
-    STREAMCHECK_PROPERTY_EXAMPLES=10000 python -m pytest tests/dynamic/test_property_oracle.py -q -p no:cacheprovider
+CI runs STREAMCHECK_PROPERTY_EXAMPLES (default 3000, derandomized: about 45 s on 2 cores) programs; the long run,
+without hypothesis, on the same program shape:
+    python benchmarks/fuzz_oracle.py --programs 100000
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from streamcheck.hb import HappensBefore
 from streamcheck.instrument.detector import Detector
 from streamcheck.instrument.trace import replay
 
-EXAMPLES = int(os.environ.get("STREAMCHECK_PROPERTY_EXAMPLES", "300"))
+EXAMPLES = int(os.environ.get("STREAMCHECK_PROPERTY_EXAMPLES", "3000"))
 
 THREADS = ["T0", "T1"]
 STREAMS = ["cuda:0/s0", "cuda:0/s1", "cuda:1/s0"]
