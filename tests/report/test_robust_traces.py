@@ -293,3 +293,43 @@ def test_one_rank_in_two_findings_files_is_said(tmp_path, capsys):
     assert [(f["count"], f["extra"]["counts_by_rank"]) for f in json.loads(out)["findings"]] == [(2, {"0": 2})]
     assert err == (f"streamcheck report: warning: rank 0 is in 2 findings files ({second}, {first}): all are kept "
                    "and their counts added\n")
+
+
+# -- all at once: every bad trace and findings file of the table next to a racy trace --------------------------------
+def test_report_of_every_bad_input_next_to_a_racy_trace(tmp_path, capsys):
+    folder = tmp_path / "job"
+    folder.mkdir()
+    racy = racy_trace(folder / "a_racy.jsonl", rank=0)
+    clean = clean_trace(tmp_path / "clean.jsonl")
+    bad = {  # one bad line each, at line 3, in a race-free trace of its own rank
+        "d11_deep.jsonl": DEEP,
+        "d12_site_list_id.jsonl": '{"e": "site", "id": [1], "frames": []}',
+        "d14_garbage.jsonl": "garbage",
+    }
+    for rank, (name, line) in enumerate(bad.items(), 1):
+        (folder / name).write_text(with_line(clean, 3, line + "\n").replace('"rank":0', f'"rank":{rank}', 1))
+    (folder / "d13_blank.jsonl").write_text("\n\n")
+    (folder / "d15_newer.jsonl").write_text(clean[0].replace('"version":1', '"version":7') + "".join(clean[1:]))
+    findings = findings_file(tmp_path / "f.jsonl", rank=5)
+    record = json.loads(findings[1])
+    record["count"] = "abc"
+    (folder / "d16_findings.jsonl").write_text(findings[0] + json.dumps(record) + "\n")
+    (folder / "d17_second_of_rank0.jsonl").write_text("".join(racy))
+    code, out, err = run(capsys, "report", str(folder))
+    assert code == 1
+    assert out.splitlines()[0] == RACE_LINE
+    assert "seen 2 times on rank 0" in out  # both traces of rank 0
+    j = str(folder)
+    assert err.splitlines() == [
+        f"streamcheck report: warning: {j}/d13_blank.jsonl: not a streamcheck findings file or trace, skipped",
+        f"streamcheck report: warning: {j}/d15_newer.jsonl:1: trace format version 7 is newer than this streamcheck "
+        "(reads up to 1); this trace was not used",
+        f"streamcheck report: warning: {j}/d16_findings.jsonl:2: not a finding (count must be an integer, not a "
+        'string "abc"), ignored',
+        f"streamcheck report: warning: rank 0 has 2 traces ({j}/a_racy.jsonl, {j}/d17_second_of_rank0.jsonl): all "
+        f"are kept; names and pictures come from {j}/a_racy.jsonl",
+        f"streamcheck report: warning: {j}/d11_deep.jsonl:3: not JSON this reader can take (nested too deep), skipped",
+        f"streamcheck report: warning: {j}/d12_site_list_id.jsonl:3: bad event: 'site' field 'id' must be an integer "
+        "or a string, not a list, skipped",
+        f"streamcheck report: warning: {j}/d14_garbage.jsonl:3: not JSON (Expecting value), skipped",
+    ]
