@@ -74,16 +74,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _write_graph(trace: str, findings: list, out_path: str) -> None:
-    from streamcheck.hb import HappensBefore
-    from streamcheck.instrument.trace import read_trace
-    from streamcheck.report.graph import race_of
+    """The same drawing as `streamcheck report --graph` (report/graph.py): lanes, columns in time order, the
+    missing edge dashed red, so that both commands show a race alike."""
+    from pathlib import Path
 
-    hb = HappensBefore.from_events(read_trace(trace, problems=[]), find_races=False)  # run() said the problems
+    from streamcheck.report.graph import race_graph, to_dot
+
     with open(out_path, "w") as out:
         if not findings:
             out.write("digraph race {\n  label=\"no race\";\n}\n")
         for k, finding in enumerate(findings):
-            out.write(hb.witness_dot(hb.witness(race_of(finding)), name=f"race_{k + 1}"))
+            out.write(to_dot(race_graph(finding, Path(trace))).replace("digraph race {", f"digraph race_{k + 1} {{", 1))
 
 
 def _summary(header: dict, findings: list, races: int, problems: list[str] | None = None) -> dict:

@@ -168,12 +168,53 @@ def _title(finding: Finding) -> str:
     return f"{finding.rule} {finding.kind}: {finding.message}"
 
 
+def condense(graph: RaceGraph) -> RaceGraph:
+    """Fold each run of two or more consecutive events of a lane that take part in no edge across lanes (kernels
+    queued before the write, say) into one node "N ops": they only say that time passed, and the picture must
+    keep the two accesses and the missing edge on one screen."""
+    anchored = {n.id for n in graph.nodes if n.role}
+    for edge in graph.edges:
+        if edge.kind != "program":
+            anchored.update((edge.source, edge.target))
+    next_id = max((n.id for n in graph.nodes), default=0) + 1
+    replaced: dict[int, int] = {}
+    nodes: list[GraphNode] = []
+    for actor in graph.lanes:
+        lane = sorted((n for n in graph.nodes if n.actor == actor), key=lambda n: (n.seq, n.id))
+        run: list[GraphNode] = []
+        for node in lane + [None]:  # None closes the last run
+            if node is not None and node.id not in anchored:
+                run.append(node)
+                continue
+            if len(run) >= 2:
+                ops = [re.sub(r"^\w+::", "", n.label) for n in run]
+                folded = GraphNode(next_id, actor, run[0].seq, f"{len(run)} ops", ", ".join(ops))
+                next_id += 1
+                replaced.update({n.id: folded.id for n in run})
+                nodes.append(folded)
+            else:
+                nodes += run
+            run = []
+            if node is not None:
+                nodes.append(node)
+    edges: list[GraphEdge] = []
+    seen = set()
+    for edge in graph.edges:
+        source, target = replaced.get(edge.source, edge.source), replaced.get(edge.target, edge.target)
+        if source == target or (source, target, edge.kind) in seen:
+            continue
+        seen.add((source, target, edge.kind))
+        edges.append(GraphEdge(source, target, edge.kind, edge.label))
+    return RaceGraph(graph.title, graph.subtitle, graph.lanes, sorted(nodes, key=lambda n: (n.seq, n.id)), edges,
+                     graph.from_trace, graph.fix, list(graph.notes))
+
+
 def race_graph(finding: Finding, trace_path: Path | None) -> RaceGraph:
     if trace_path is None:
         return graph_from_finding(finding)
     graph = graph_from_trace(finding, trace_path)
     if isinstance(graph, RaceGraph):
-        return graph
+        return condense(graph)
     fallback = graph_from_finding(finding)
     fallback.notes = [graph]
     return fallback
@@ -183,20 +224,31 @@ def race_graph(finding: Finding, trace_path: Path | None) -> RaceGraph:
 
 def to_dot(graph: RaceGraph) -> str:
     """Graphviz: one cluster (lane) per actor, left to right in happens-before order; the missing edge dashed red."""
+    from .graph_svg import layout
+
     lines = ["digraph race {", "  rankdir=LR;", "  newrank=true;", f"  label={_dot(graph.title)};", "  labelloc=t;",
-             '  node [shape=box, style="rounded,filled", fillcolor=white, fontname="monospace", fontsize=10];',
-             '  edge [fontname="monospace", fontsize=9];']
+             '  node [shape=box, style="rounded,filled", fillcolor=white, fontname="monospace", fontsize=12];',
+             '  edge [fontname="monospace", fontsize=12];']
     for k, (actor, name) in enumerate(graph.lanes.items()):
         lines.append(f"  subgraph cluster_{k} {{")
         lines.append(f"    label={_dot(name)}; style=filled; fillcolor=gray96; color=gray80;")
         for node in (n for n in graph.nodes if n.actor == actor):
-            label = f"#{node.seq} {node.label}" + (f"\\n{node.detail}" if node.detail else "")
+            label = node.label + (f"\\n{node.detail}" if node.detail else "")
             style = ""
             if node.role:
                 style = ', color=red, penwidth=2.5, fillcolor="#ffecec"'
                 label = f"{ROLE_TAGS[node.role]}\\n{label}"
             lines.append(f"    n{node.id} [label={_dot(label)}{style}];")
         lines.append("  }")
+    # The columns of the HTML picture (time left to right, the same in both): one rank per column.
+    columns: dict[int, list[int]] = {}
+    for node_id, (column, _lane) in layout(graph).items():
+        columns.setdefault(column, []).append(node_id)
+    for column in sorted(columns):
+        lines.append("  { rank=same; " + " ".join(f"n{i};" for i in sorted(columns[column])) + " }")
+    ordered = sorted(columns)
+    for left, right in zip(ordered, ordered[1:]):
+        lines.append(f"  n{min(columns[left])} -> n{min(columns[right])} [style=invis];")
     for edge in graph.edges:
         if edge.kind == "missing":
             lines.append(f"  n{edge.source} -> n{edge.target} [style=dashed, color=red, fontcolor=red, penwidth=2.5, "

@@ -89,12 +89,15 @@ def test_graph_writes_the_witness(tmp_path, capsys):
     dot = out.read_text()
     nodes = dict(re.findall(r'^    (n\d+) \[label="([^"]*)"', dot, re.M))
     by_label = {label.split("\\n")[0]: node for node, label in nodes.items()}
-    copy, launch, gather = by_label["#10 aten::copy_"], by_label["#12 launch c10d::_allgather_base_"], \
-        by_label["#12 c10d::_allgather_base_"]
-    assert f'  {copy} -> {launch} [style=dashed, color=red, label="missing"];' in dot
-    assert f'  {launch} -> {gather} [label="collective"];' in dot
+    by_label.update({label.split("\\n")[1]: node for node, label in nodes.items() if "access" in label})
+    copy, launch, gather = by_label["aten::copy_"], by_label["launch c10d::_allgather_base_"], \
+        by_label["c10d::_allgather_base_"]
+    # The layout `streamcheck report --graph` draws (report/graph.py), not a second one.
+    assert (f'  {copy} -> {launch} [style=dashed, color=red, fontcolor=red, penwidth=2.5, constraint=false, '
+            f'label="missing: side.wait_stream(compute)"];') in dot
+    assert f'  {launch} -> {gather} [color="#1f5fbf", fontcolor="#1f5fbf", label="collective"];' in dot
     assert dot.startswith("digraph race_1 {")
-    assert 'label="cuda:0/s0 (compute stream)";' in dot
+    assert '    label="compute stream cuda:0"; style=filled' in dot
     assert dot.count("digraph ") == 1 and dot.rstrip().endswith("}")
 
 

@@ -36,18 +36,18 @@ def test_hpz_witness_from_the_trace_has_lanes_the_accesses_and_the_missing_edge(
     assert names[1] == names[0][:-4] + ".html" and names[2].startswith("02-SC202-FREE-")
     dot = files[names[0]]
     nodes = _nodes(dot)
-    copy, launch, gather = nodes["#12 aten::copy_"], nodes["#15 launch c10d::_allgather_base_"], \
-        nodes["#15 c10d::_allgather_base_"]
+    copy, launch, gather = nodes["aten::copy_"], nodes["launch c10d::_allgather_base_"], \
+        nodes["c10d::_allgather_base_"]
     assert (f'  {copy} -> {launch} [style=dashed, color=red, fontcolor=red, penwidth=2.5, constraint=false, '
             f'label="missing: side.wait_stream(compute)"];') in dot
     assert f'  {launch} -> {gather} [color="#1f5fbf", fontcolor="#1f5fbf", label="collective"];' in dot
     # the edges that do exist: the all-gather stream waited for the forward's collective and the compute stream for
     # the all-gather stream (event), the autograd thread enqueued the backward all-gather
-    assert f'  {nodes["#9 event record"]} -> {nodes["#10 event wait"]} [color="#1f5fbf", fontcolor="#1f5fbf", ' \
+    assert f'  {nodes["event record"]} -> {nodes["event wait"]} [color="#1f5fbf", fontcolor="#1f5fbf", ' \
            f'label="event"];' in dot
-    assert f'  {nodes["#13 thread start"]} -> {launch} [color="#1f5fbf", fontcolor="#1f5fbf", label="enqueue"];' in dot
-    assert f'    {copy} [label="earlier access\\n#12 aten::copy_\\npartition_parameters.py:1643", color=red' in dot
-    assert f'    {gather} [label="racing access\\n#15 c10d::_allgather_base_\\npartition_parameters.py:93", ' \
+    assert f'  {nodes["thread start"]} -> {launch} [color="#1f5fbf", fontcolor="#1f5fbf", label="enqueue"];' in dot
+    assert f'    {copy} [label="earlier access\\naten::copy_\\npartition_parameters.py:1643", color=red' in dot
+    assert f'    {gather} [label="racing access\\nc10d::_allgather_base_\\npartition_parameters.py:93", ' \
            f'color=red' in dot
     lanes = re.findall(r'^    label="([^"]*)"; style=filled', dot, re.M)
     assert lanes == ["compute stream cuda:0", "side stream created at parameter_offload.py:138 on cuda:0",
@@ -63,9 +63,9 @@ def test_hpz_html_is_self_contained_with_the_picture(tmp_path: Path, capsys):
     assert svg.count('stroke-dasharray="9,6"') == 1  # the missing edge, dashed red
     assert ">missing: side.wait_stream(compute)</text>" in svg
     assert svg.count('fill="#ffecec" stroke="#d01c1c" stroke-width="3"') == 2  # the two accesses
-    for lane in ("compute stream cuda:0", "NCCL stream of group 1 on cuda:0", "host thread T139911"):
+    for lane in ("compute stream cuda:0", "NCCL stream of group 1 on", "host thread T139911"):
         assert f">{lane}</text>" in svg
-    assert ">side stream created at</text>" in svg and ">parameter_offload.py:138 on</text>" in svg  # wrapped
+    assert ">side stream created at</text>" in svg and ">parameter_offload.py:138</text>" in svg  # wrapped
     assert "<b>fix:</b> add `side.wait_stream(compute)` before the c10d::_allgather_base_ is launched" in page
     assert "  seen 4 times on ranks 0, 1 (rank 0: 2, rank 1: 2)" in page  # the text report under the picture
 
@@ -86,8 +86,8 @@ def test_every_existing_edge_points_right_and_time_runs_left_to_right():
 def test_without_a_trace_the_picture_is_drawn_from_the_finding(rank_files: Path, tmp_path: Path, capsys):
     files = _graph(tmp_path, rank_files)
     dot = next(text for name, text in files.items() if name.startswith("01-") and name.endswith(".dot"))
-    assert _nodes(dot) == {"#12 aten::copy_": "n0", "#15 launch c10d::_allgather_base_": "n1",
-                           "#15 c10d::_allgather_base_": "n2"}
+    assert _nodes(dot) == {"aten::copy_": "n0", "launch c10d::_allgather_base_": "n1",
+                           "c10d::_allgather_base_": "n2"}
     assert ('  n0 -> n1 [style=dashed, color=red, fontcolor=red, penwidth=2.5, constraint=false, '
             'label="missing: side.wait_stream(compute)"];') in dot
     assert '  n1 -> n2 [color="#1f5fbf", fontcolor="#1f5fbf", label="collective"];' in dot
@@ -99,7 +99,7 @@ def test_the_shipped_scenario_26_trace(tmp_path: Path, capsys):
     files = _graph(tmp_path, SCENARIO26_TRACE)
     dot = next(text for name, text in files.items() if name.endswith(".dot"))
     nodes = _nodes(dot)
-    assert f'  {nodes["#10 aten::copy_"]} -> {nodes["#12 launch c10d::_allgather_base_"]} [style=dashed, color=red' \
+    assert f'  {nodes["aten::copy_"]} -> {nodes["launch c10d::_allgather_base_"]} [style=dashed, color=red' \
            in dot
     assert 'label="side stream created at partitioned_param_coordinator.py:115 on cuda:0"' in dot
 
@@ -108,5 +108,5 @@ def test_free_picture_suggests_record_stream(tmp_path: Path, capsys):
     files = _graph(tmp_path, DATA)
     dot = next(text for name, text in files.items() if name.startswith("02-") and name.endswith(".dot"))
     nodes = _nodes(dot)
-    assert f'  {nodes["#19 aten::mm"]} -> {nodes["#21 free"]} [style=dashed, color=red, fontcolor=red, ' \
+    assert f'  {nodes["aten::mm"]} -> {nodes["free"]} [style=dashed, color=red, fontcolor=red, ' \
            f'penwidth=2.5, constraint=false, label="missing: t.record_stream(compute)"];' in dot
