@@ -53,7 +53,11 @@ def run(args: argparse.Namespace) -> int:
 
     rank = int_or_zero(header.get("rank"))
     world_size = int_or_zero(header.get("world_size"))
-    findings = [enrich(finding, names, world_size) for finding in combine([(rank, race_findings(detector, rank))])]
+    from streamcheck.report.source_lines import with_sources
+
+    # Source lines (and the code's stream names) also when analyze runs away from where the trace was recorded.
+    found = with_sources(combine([(rank, race_findings(detector, rank))]), args.trace)
+    findings = [enrich(finding, names, world_size) for finding in found]
 
     if args.graph:
         try:

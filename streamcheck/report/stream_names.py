@@ -37,7 +37,7 @@ def code_names(finding: Finding, names: Mapping[str, str]) -> dict[str, str]:
         site = _SITE.search(label)
         if not site:
             continue
-        path = _resolve(site.group("file"), known_paths)
+        path = _resolve(site.group("file"), known_paths, str(finding.extra.get("source_root") or ""))
         if path is None:
             continue
         assigned = _ASSIGN.match(linecache.getline(path, int(site.group("line"))))
@@ -55,11 +55,11 @@ def _paths_of(finding: Finding) -> list[str]:
     return [p for p in dict.fromkeys(paths) if p]
 
 
-def _resolve(name: str, known: list[str]) -> str | None:
-    """The readable file a label's (possibly shortened) file name stands for."""
-    if os.path.isfile(name):
-        return name
-    for path in known:
-        if (path == name or path.endswith("/" + name)) and os.path.isfile(path):
-            return path
+def _resolve(name: str, known: list[str], root: str = "") -> str | None:
+    """The readable file a label's (possibly shortened) file name stands for; `root`: the folder relative paths
+    are relative to (report/source_lines.py), when not the current one."""
+    for path in [name, *(p for p in known if p == name or p.endswith("/" + name))]:
+        for candidate in (path, os.path.join(root, path)) if root and not os.path.isabs(path) else (path,):
+            if os.path.isfile(candidate):
+                return candidate
     return None
