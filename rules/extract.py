@@ -55,6 +55,7 @@ HOST_ONLY_METHODS = frozenset({
 })
 
 BLOCKING_HOST_METHODS = frozenset({"item", "tolist", "cpu", "numpy"})
+STORING_METHODS = frozenset({"append", "appendleft", "put", "put_nowait", "add", "insert"})
 
 
 def extract(source: str, path: str, options: StaticOptions, detailed: bool) -> FileFacts:
@@ -146,6 +147,7 @@ class _FactsVisitor(ast.NodeVisitor):
         self.facts.functions.append(self.fn)
         self.visit(tree)
         _drop_unwritten_locals(self.fn)
+        _drop_unrecorded_stores(self.fn)
         self._resolve_attr_functions()
         if self.hazards is not None:
             self.hazards.finish(self.facts)
@@ -219,6 +221,7 @@ class _FactsVisitor(ast.NodeVisitor):
             self.visit(stmt)
         self.class_stack.pop()
         _drop_unwritten_locals(fn)
+        _drop_unrecorded_stores(fn)
         self.fn, self.region, self.blocks = saved
         self.frames.pop()
         self.scope.pop()
@@ -260,13 +263,18 @@ class _FactsVisitor(ast.NodeVisitor):
         return text
 
     # --- conditional blocks -------------------------------------------------------------------------------------
-    def _visit_block(self, body: list[ast.AST]) -> None:
+    def _visit_block(self, body: list[ast.AST], guarded: bool = True) -> None:
         if not body:
             return
-        self.blocks.append((body[0].lineno, body[-1].end_lineno or body[-1].lineno))
+        block = (body[0].lineno, body[-1].end_lineno or body[-1].lineno)
+        if guarded:
+            self.fn.guarded.append(block)
+        self.blocks.append(block)
         for stmt in body:
             self.visit(stmt)
         self.blocks.pop()
+        if isinstance(body[-1], (ast.Return, ast.Raise, ast.Continue, ast.Break)):
+            self.fn.exits.append(block)
 
     def visit_If(self, node: ast.If) -> None:
         self.visit(node.test)
@@ -276,14 +284,14 @@ class _FactsVisitor(ast.NodeVisitor):
     def visit_For(self, node: ast.For | ast.AsyncFor) -> None:
         self.visit(node.iter)
         self.visit(node.target)
-        self._visit_block(node.body)
+        self._visit_block(node.body, guarded=False)  # a loop over handles or params: taken to run
         self._visit_block(node.orelse)
 
     visit_AsyncFor = visit_For
 
     def visit_While(self, node: ast.While) -> None:
         self.visit(node.test)
-        self._visit_block(node.body)
+        self._visit_block(node.body, guarded=False)
         self._visit_block(node.orelse)
 
     def visit_Try(self, node: ast.Try) -> None:
@@ -351,6 +359,10 @@ class _FactsVisitor(ast.NodeVisitor):
             if kw.arg == "out":
                 for elt in elements(kw.value):
                     self._access("write", elt, line, col, "out=")
+        if method in STORING_METHODS and len(node.args) == 1 and isinstance(node.args[0], ast.Name):
+            # `events.append(event)`: kept only if `event` turns out to be recorded here (_drop_unrecorded_stores)
+            self.fn.syncs.append(Sync("store", receiver, line, col, node.args[0].id, self.region, self.blocks[-1],
+                                      method))
         host_only = callee in HOST_ONLY_FUNCTIONS or (method in HOST_ONLY_METHODS and not on_module)
         if host_only or sync_kind:
             return
@@ -469,6 +481,12 @@ class _FactsVisitor(ast.NodeVisitor):
             if target is not None:
                 self.facts.attr_functions.append(AttrFunction(attr, target, line))
                 self._keep_line(line)
+
+
+def _drop_unrecorded_stores(fn: FunctionFacts) -> None:
+    """Keep `container.append(name)` only for names of events this function records (events that travel)."""
+    recorded = {s.receiver for s in fn.syncs if s.kind == "record"}
+    fn.syncs = [s for s in fn.syncs if s.kind != "store" or s.arg in recorded]
 
 
 def _drop_unwritten_locals(fn: FunctionFacts) -> None:

@@ -189,6 +189,12 @@ class FunctionFacts:
     async_works: list[AsyncWork] = field(default_factory=list)
     # (first, last) line of an `if` body and of its `else`: code in one never runs after code in the other.
     branches: list[tuple[int, int, int, int]] = field(default_factory=list)
+    # (first, last) line of conditional blocks that end in return / raise / continue / break: code in one never
+    # runs before code after it.
+    exits: list[tuple[int, int]] = field(default_factory=list)
+    # (first, last) line of blocks under a condition (if/else, except, case; not loop bodies): what a caller can
+    # count on a call to do leaves these out (summaries.py).
+    guarded: list[tuple[int, int]] = field(default_factory=list)
 
     _parts = {
         "calls": Call, "accesses": Access, "syncs": Sync, "regions": Region, "uses": Use, "placements": Placement,
@@ -209,6 +215,8 @@ class FunctionFacts:
         kwargs["params"] = list(data.get("params", ()))
         kwargs["self_assigns"] = list(data.get("self_assigns", ()))
         kwargs["branches"] = [tuple(b) for b in data.get("branches", ())]
+        kwargs["exits"] = [tuple(b) for b in data.get("exits", ())]
+        kwargs["guarded"] = [tuple(b) for b in data.get("guarded", ())]
         for key, kind in cls._parts.items():
             kwargs[key] = [_build(kind, item) for item in data.get(key, ())]
         return cls(**kwargs)

@@ -8,7 +8,7 @@
 | `e.synchronize()`                        | the host                    | the streams `e` is recorded on      |
 | `torch.cuda.synchronize()`, configured   | the host                    | every stream                        |
 | `.item()`, `.tolist()`, `.cpu()`         | the host                    | the site's stream                   |
-| `work.wait()` (a handle, not an event)   | the site's stream           | every stream (the collective's end) |
+| `work.wait()` (a handle, not an event)   | the site's stream           | the communication stream (COMM)     |
 
 A target the source does not pin down (an event recorded nowhere in the scan, a stream the engine cannot name)
 orders everything: the lint reports what nothing orders, so that what it reports is real. The waiter of a host
@@ -17,6 +17,7 @@ wait is `HOST`: every launch the host makes afterwards, on any stream, follows t
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from .program import Program
 
 ANY_STREAM = "*"
+COMM = "<comm>"  # the communication library's stream: what `work.wait()` waits for
 EVENT = "event:"  # prefix of an event's identity as an ordering's target
 
 
@@ -49,11 +51,16 @@ def site_stream(program: "Program", function: "Function", region: int) -> str:
 
 
 def event_id(program: "Program", function: "Function", text: str) -> str:
-    """An event's identity: a `self.` path per owning class, any other path per function."""
+    """An event's identity: a `self.` path per owning class, any other path per function. An event taken out
+    of a container (`self.events[m].popleft()`, `events[0]`) is the container's."""
+    text = _TAKEN.sub("", text)
     if text.startswith("self."):
-        attr = text.split(".")[1].split("[", 1)[0]
-        return f"{text.split('[', 1)[0]}@{program.attr_owner(function.file.path, function.owner, attr)}"
-    return f"{function.id}::{text.split('[', 1)[0]}"
+        attr = text.split(".")[1]
+        return f"{text}@{program.attr_owner(function.file.path, function.owner, attr)}"
+    return f"{function.id}::{text}"
+
+
+_TAKEN = re.compile(r"(\[\]|\.(pop|popleft|get|get_nowait|__getitem__)\(\))+$")
 
 
 def orderings_of(program: "Program", function: "Function") -> list[Ordering]:
@@ -90,7 +97,7 @@ def _ordering(program: "Program", function: "Function", sync: Sync) -> Ordering 
         if sync.method == "wait_event":
             return make(stream(sync.receiver), _event_target(program, function, sync.arg))
         if sync.kind == "wait" and not recorded_streams(program, event_id(program, function, sync.receiver)):
-            return make(here, ANY_STREAM)  # a work handle or future: the collective's end, whatever it read
+            return make(here, COMM)  # a work handle or future: the collective's end, not its launcher's work
         return make(stream(sync.arg), _event_target(program, function, sync.receiver))
     if sync.kind == "synchronize":
         return make(HOST, _synchronized(program, function, sync, here))
@@ -125,13 +132,17 @@ def recorded_streams(program: "Program", event: str) -> frozenset[str]:
 def _records(program: "Program") -> dict[str, frozenset[str]]:
     found: dict[str, set[str]] = {}
     for function in program.functions.values():
+        local: dict[str, set[str]] = {}
         for sync in function.facts.syncs:
-            if sync.kind != "record":
-                continue
-            here = site_stream(program, function, sync.region)
-            on = stream_id(program, function, sync.arg) if sync.arg else here
-            found.setdefault(event_id(program, function, sync.receiver), set()).add(
-                here if on == CURRENT_STREAM else on)
+            if sync.kind == "record":
+                here = site_stream(program, function, sync.region)
+                on = stream_id(program, function, sync.arg) if sync.arg else here
+                stream = here if on == CURRENT_STREAM else on
+                local.setdefault(sync.receiver, set()).add(stream)
+                found.setdefault(event_id(program, function, sync.receiver), set()).add(stream)
+        for sync in function.facts.syncs:
+            if sync.kind == "store":  # `self.events.append(event)`: the container holds what `event` was
+                found.setdefault(event_id(program, function, sync.receiver), set()).update(local.get(sync.arg, ()))
     return {k: frozenset(v) for k, v in found.items()}
 
 

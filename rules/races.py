@@ -78,14 +78,23 @@ def ordered_between(program: "Program", function: Function, after: Position, bef
                     later: str) -> bool:
     """An ordering in `function` strictly between two positions (on any path) that makes work of stream
     `later` launched afterwards follow earlier work of stream `earlier`."""
+    def between(line: int, column: int) -> bool:
+        return after < (line, column) < before and not _exits_before(function, line, before[0])
+
     for ordering in orderings_of(program, function):
-        if after < (ordering.line, ordering.column) < before and orders(program, ordering, earlier, later):
+        if between(ordering.line, ordering.column) and orders(program, ordering, earlier, later):
             return True
     for call, edges in program.calls_of(function.id):
-        if after < (call.line, call.column) < before:
+        if between(call.line, call.column):
             if any(orders(program, o, earlier, later) for o in call_orderings(program, function, call, edges)):
                 return True
     return False
+
+
+def _exits_before(function: Function, line: int, target: int) -> bool:
+    """Whether code at `line` sits in a block that returns (or raises, continues, breaks) without reaching
+    `target`: then it is on no path to it."""
+    return any(first <= line <= last and not first <= target <= last for first, last in function.facts.exits)
 
 
 def ordered_after(program: "Program", function: Function, position: Position, earlier: str, later: str,

@@ -1,9 +1,11 @@
 """Per-function summaries composed over the call graph, parameters bound to the caller's arguments.
 
 Two summaries, each computed once per function, bottom-up, without recursion (call chains of any depth):
-- **orderings performed**: every (waiter, target) a call of the function orders, its callees' included, in the
-  function's own frame (`CURRENT_STREAM` is the stream it is called on, `param:s` its parameter `s`). At a call
-  site they are translated into the caller's frame (`call_orderings`).
+- **orderings performed**: every (waiter, target) a call of the function always orders, its callees' included,
+  in the function's own frame (`CURRENT_STREAM` is the stream it is called on, `param:s` its parameter `s`). At a
+  call site they are translated into the caller's frame (`call_orderings`). Orderings under a condition in the
+  callee, and incidental host reads (`.item()`, `.tolist()` in a helper), are left out: a caller cannot count
+  on them.
 - **parameter accesses**: what the function reads and writes through its parameters (`def fill(buf): buf.zero_()`)
   and, at a call site, the same accesses on the caller's argument paths (`bound_accesses`): a tensor handed to a
   helper is read or written where the helper does it, and only if it does.
@@ -16,7 +18,7 @@ from typing import TYPE_CHECKING, Callable, Iterable
 
 from .extract import split_index
 from .facts import Access, Call
-from .orderings import Ordering, orderings_of, site_stream
+from .orderings import ANY_STREAM, Ordering, orderings_of, site_stream
 from .streams import CURRENT_STREAM, PARAM, UNKNOWN, stream_id
 
 if TYPE_CHECKING:
@@ -81,13 +83,22 @@ def call_orderings(program: "Program", caller: "Function", call: Call, edges: It
 
 
 def _own_pairs(program: "Program", function: "Function") -> set[Pair]:
-    return {(o.waiter, o.target) for o in orderings_of(program, function)}
+    return {(o.waiter, o.target) for o in orderings_of(program, function)
+            if o.kind != "host_sync" and not (o.target == ANY_STREAM and _guarded(function, o.line))}
+
+
+def _guarded(function: "Function", line: int) -> bool:
+    """Under a condition in `function`. A caller counts on a device-wide synchronize only when the call always
+    does it: communication wrappers synchronize under `if profiling:`, and crediting that would hide every race
+    behind them. A targeted wait (`s.wait_stream(t)`) counts under a condition too: it is never incidental."""
+    return any(first <= line <= last for first, last in function.facts.guarded)
 
 
 def _call_pairs(program: "Program", function: "Function", call: Call, edge: "Edge", callee_value) -> set:
+    guarded = _guarded(function, call.line)
     callee = program.functions[edge.callee]
     return {(translate(program, function, call, callee, w), translate(program, function, call, callee, t))
-            for w, t in callee_value}
+            for w, t in callee_value if not (guarded and t == ANY_STREAM)}
 
 
 def parameter_accesses(program: "Program", fid: str) -> frozenset[Access]:
@@ -141,9 +152,12 @@ def _call_param_accesses(program: "Program", function: "Function", call: Call, e
 
 def _bind(program: "Program", caller: "Function", call: Call, edge: "Edge", accesses) -> list[Access]:
     callee = program.functions[edge.callee]
+    generic = program.options.all_generic_attributes
     found = []
     for access in accesses:
         root, dot, rest = access.path.partition(".")
+        if dot and access.path.rsplit(".", 1)[-1] not in generic:
+            continue  # `param.ds_secondary_tensor` already pairs by its specific name wherever it is accessed
         arg = argument_for(callee, call, root)
         if arg is None:
             continue

@@ -22,9 +22,11 @@ ALL_GATHER_COALESCED = "Init._convert_to_deepspeed_param.all_gather_coalesced"
 
 # Every SC101 finding on the whole 0.13.4 package, by write site (see the issue's closing note for the judgement
 # of each): the hpZ secondary copy (two branches of the same copy) and the primary partition `ds_tensor`, written
-# on the current stream and all-gathered on the coordinator's all-gather stream with no edge in between.
+# on the current stream and all-gathered on the coordinator's all-gather stream with no edge in between. (The
+# engine's checkpoint-load copy into `ds_tensor`, engine.py:2628, is followed in `load_checkpoint` by calls that
+# synchronize the host with the current stream through a timer event: an ordering on a path, credited since the
+# static engine of issue 13.)
 EXPECTED_0_13_4 = [
-    ("deepspeed/runtime/engine.py", 2628, "param.ds_tensor"),
     (PARTITION, 1566, "param.ds_tensor"),
     (PARTITION, 1580, "param.ds_tensor"),
     (PARTITION, 1643, "param.ds_secondary_tensor"),
@@ -76,7 +78,6 @@ def test_no_secondary_tensor_finding_in_0_13_5(findings_0_13_5):
     assert [f for f in findings_0_13_5 if "ds_secondary_tensor" in f.extra["path"]] == []
     # The partitioning copy itself is still there, now followed by current_stream().synchronize().
     assert [(f.primary.path, f.extra["path"]) for f in findings_0_13_5] == [
-        ("deepspeed/runtime/engine.py", "param.ds_tensor"),
         (PARTITION, "param.ds_tensor"),
         (PARTITION, "param.ds_tensor"),
     ]
