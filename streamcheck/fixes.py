@@ -3,8 +3,12 @@
 A fix is derived only from a finding's structured fields (rule, locations and their roles, `extra`), never from its
 message text:
 
-    SC101  `<reader_stream>.wait_stream(torch.cuda.current_stream())` before the `with` of the "stream context"
-           location (the write was on the current stream: `extra["writer_stream"] == ""`)                 safe
+    SC101  the write on the current stream (`extra["writer_stream"] == ""`), the read inside `with stream(S):`
+           (the "stream context" location): `S.wait_stream(torch.cuda.current_stream())` before that `with`  safe
+           the write inside `with stream(S):`, the read on the current stream (`reader_stream == ""`):
+           `torch.cuda.current_stream().wait_stream(S)` before the read, when both are in one function      safe
+           S is the stream as that `with` names it in the code (`side`, `self.allgather_stream`), read from the
+           source, so the fix never writes a stream the way the finding's words describe it (`torch.cuda.Stream()`)
     SC104  `<path>.record_stream(<stream>)` before the free (the primary location)                          safe
     SC105  `<handle>.wait()` before the use (the primary location)                                          safe
     SC102  `torch.cuda.current_stream().synchronize()` before the host read (primary)                       unsafe
@@ -23,12 +27,13 @@ target is left alone, so a second `--fix` changes nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import re
 from dataclasses import dataclass
 from typing import Iterable
 
-from streamcheck.findings import ROLE_STREAM_CONTEXT, Finding
+from streamcheck.findings import ROLE_READ, ROLE_STREAM_CONTEXT, Finding
 
 # A name or attribute chain: what can be written into new code as is (not `torch.cuda.Stream()`, not `x[0]`).
 _DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
@@ -49,6 +54,11 @@ class Fix:
     safe: bool
     description: str
     needs_torch: bool = False  # the statement names `torch`: only offered where the module does `import torch`
+    # When set, `statement` holds "{stream}": the stream argument of the `with` statement on this line, as the code
+    # writes it; `stream_fallback` is used where that argument is not a plain name. The `with` and the target must
+    # be in one function (the name must be in scope where the statement goes).
+    stream_line: int = 0
+    stream_fallback: str = ""
 
 
 def derive_fix(finding: Finding) -> Fix | None:
@@ -64,21 +74,30 @@ def _given_fix(finding: Finding, edit: dict) -> Fix | None:
     try:
         return Fix(finding.rule, str(edit["path"]), int(edit["line"]), int(edit.get("column", 1)),
                    str(edit["insert"]).strip(), bool(edit.get("safe", True)),
-                   str(edit.get("description") or f"insert `{edit['insert']}`"))
+                   str(edit.get("description") or "insert `{statement}`"))
     except (KeyError, TypeError, ValueError):
         return None
 
 
 def _sc101(finding: Finding) -> Fix | None:
-    reader = finding.extra.get("reader_stream", "")
-    if finding.extra.get("writer_stream", None) != "" or not _is_dotted(reader):
-        return None  # a write on a named stream: its name may not be in scope at the reader's `with`
+    writer, reader = finding.extra.get("writer_stream"), finding.extra.get("reader_stream")
     context = _related(finding, ROLE_STREAM_CONTEXT)
     if context is None:
         return None
-    statement = f"{reader}.wait_stream({CURRENT_STREAM})"
-    return Fix("SC101", context.path, context.line, context.column, statement, True,
-               f"insert `{statement}` before the `with` at line {context.line}", needs_torch=True)
+    if writer == "" and isinstance(reader, str) and reader:  # the read runs inside the `with`
+        statement = f"{{stream}}.wait_stream({CURRENT_STREAM})"
+        return Fix("SC101", context.path, context.line, context.column, statement, True,
+                   f"insert `{{statement}}` before the `with` at line {context.line}", needs_torch=True,
+                   stream_line=context.line, stream_fallback=reader if _is_dotted(reader) else "")
+    if reader == "" and isinstance(writer, str) and writer:  # the write ran inside the `with`
+        read = finding.primary if finding.primary.role == ROLE_READ else _related(finding, ROLE_READ)
+        if read is None or read.path != context.path or read.line <= context.line:
+            return None
+        statement = f"{CURRENT_STREAM}.wait_stream({{stream}})"
+        return Fix("SC101", read.path, read.line, read.column, statement, True,
+                   f"insert `{{statement}}` before the read at line {read.line}", needs_torch=True,
+                   stream_line=context.line, stream_fallback=writer if _is_dotted(writer) else "")
+    return None  # two named streams: which name is in scope where is not known
 
 
 def _sc104(finding: Finding) -> Fix | None:
@@ -106,7 +125,7 @@ def _host_sync(finding: Finding) -> Fix | None:
 def _before_primary(finding: Finding, statement: str, safe: bool, needs_torch: bool = False) -> Fix:
     where = finding.primary
     return Fix(finding.rule, where.path, where.line, where.column, statement, safe,
-               f"insert `{statement}` before line {where.line}", needs_torch=needs_torch)
+               f"insert `{{statement}}` before line {where.line}", needs_torch=needs_torch)
 
 
 _DERIVERS = {"SC101": _sc101, "SC102": _host_sync, "SC103": _host_sync, "SC104": _sc104, "SC105": _sc105}
@@ -136,13 +155,17 @@ def apply_fixes(source: bytes, fixes: list[Fix]) -> tuple[bytes, list[Fix]]:
     module = wrapper.module
     positions = wrapper.resolve(PositionProvider)
     imports_torch = _IMPORTS_TORCH.search(module.code) is not None
-    statements = _block_statements(module)
+    statements, function_of = _block_statements(module)
     planned: dict[int, list[Fix]] = {}
     for fix in fixes:
         if fix.needs_torch and not imports_torch:
             continue
         target = _innermost(statements, positions, fix.line)
-        if target is not None:
+        if target is not None and fix.stream_line:
+            fix = _with_stream_named(fix, module, statements, positions, function_of, target)
+        if target is not None and fix is not None:
+            # "{statement}" in a description stands for the statement as finally inserted.
+            fix = dataclasses.replace(fix, description=fix.description.replace("{statement}", fix.statement))
             planned.setdefault(id(target), [])
             if all(f.statement != fix.statement for f in planned[id(target)]):
                 planned[id(target)].append(fix)
@@ -153,21 +176,54 @@ def apply_fixes(source: bytes, fixes: list[Fix]) -> tuple[bytes, list[Fix]]:
     return (updated.bytes, inserter.applied) if inserter.applied else (source, [])
 
 
-def _block_statements(module) -> list:
-    """Every statement that is an element of a block (the module's body or an indented block's)."""
+def _block_statements(module) -> tuple[list, dict[int, object]]:
+    """Every statement that is an element of a block (the module's body or an indented block's), and for each
+    (by id) the function it is in (None at module or class level)."""
     import libcst as cst
 
     found: list = []
+    function_of: dict[int, object] = {}
+    functions: list = []
 
     class Collect(cst.CSTVisitor):
         def visit_Module(self, node) -> None:
             found.extend(node.body)
+            function_of.update((id(child), None) for child in node.body)
+
+        def visit_FunctionDef(self, node) -> None:
+            functions.append(node)
+
+        def leave_FunctionDef(self, node) -> None:
+            functions.pop()
 
         def visit_IndentedBlock(self, node) -> None:
             found.extend(node.body)
+            function_of.update((id(child), functions[-1] if functions else None) for child in node.body)
 
     module.visit(Collect())
-    return found
+    return found, function_of
+
+
+def _with_stream_named(fix: Fix, module, statements, positions, function_of, target) -> Fix | None:
+    """`fix` with "{stream}" replaced by the stream its `with` statement names, or None if that cannot be done."""
+    import libcst as cst
+
+    with_node = next((node for node in statements if isinstance(node, cst.With)
+                      and positions[node].start.line == fix.stream_line), None)
+    name = ""
+    if with_node is not None:
+        if function_of.get(id(with_node)) is not function_of.get(id(target)):
+            return None  # the stream's name may not be in scope where the statement goes
+        for item in with_node.items:
+            call = item.item
+            if isinstance(call, cst.Call) and call.args and module.code_for_node(call.func).endswith("stream"):
+                name = module.code_for_node(call.args[0].value)
+                break
+    if not _is_dotted(name):
+        name = fix.stream_fallback
+    if not _is_dotted(name):
+        return None
+    return dataclasses.replace(fix, statement=fix.statement.replace("{stream}", name), stream_line=0)
 
 
 def _innermost(statements: list, positions, line: int):

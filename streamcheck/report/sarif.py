@@ -202,7 +202,7 @@ def _fixes(finding: Finding, root: Path) -> list[dict[str, Any]]:
         return []
     replacements = [{"deletedRegion": {"startLine": line, "startColumn": 1, "endLine": line, "endColumn": 1},
                      "insertedContent": {"text": text}} for line, text in inserted_lines(before, after)]
-    description = fix.description + ("" if fix.safe else " (unsafe: it blocks the host; --unsafe-fixes)")
+    description = applied[0].description + ("" if fix.safe else " (unsafe: it blocks the host; --unsafe-fixes)")
     return [{"description": {"text": description},
              "artifactChanges": [{"artifactLocation": _artifact(fix.path, root), "replacements": replacements}],
              "properties": {"safe": fix.safe}}]

@@ -145,17 +145,58 @@ SOURCE = (b"import torch\r\n\r\n"
 
 def test_the_edit_keeps_comments_spacing_and_newlines():
     fix = derive_fix(_sc101(line=6))
-    assert (fix.path, fix.line, fix.statement, fix.safe) == (
-        "m.py", 6, "self.side.wait_stream(torch.cuda.current_stream())", True)
+    assert (fix.path, fix.line, fix.stream_line, fix.safe) == ("m.py", 6, 6, True)
     after, applied = apply_fixes(SOURCE, [fix, fix])  # the same fix twice: inserted once
-    assert applied == [fix]
+    assert [(f.statement, f.description) for f in applied] == [(
+        "self.side.wait_stream(torch.cuda.current_stream())",
+        "insert `self.side.wait_stream(torch.cuda.current_stream())` before the `with` at line 6")]
     assert after == SOURCE.replace(b"    with", b"    self.side.wait_stream(torch.cuda.current_stream())\r\n    with")
     assert apply_fixes(after, [derive_fix(_sc101(line=7))]) == (after, [])  # already there
 
 
+def test_the_stream_is_named_as_the_with_names_it():
+    # The finding describes the stream by its constructor; the `with` names it `self.side`: that name is used.
+    fix = derive_fix(_sc101(line=6, reader="torch.cuda.Stream()"))
+    assert [f.statement for f in apply_fixes(SOURCE, [fix])[1]] == [
+        "self.side.wait_stream(torch.cuda.current_stream())"]
+    unnamed = SOURCE.replace(b"torch.cuda.stream(self.side)", b"torch.cuda.stream(torch.cuda.Stream())")
+    assert apply_fixes(unnamed, [fix]) == (unnamed, [])  # no name the code could use
+
+
+REVERSED = b"""import torch
+
+
+def elsewhere(z, other):
+    with torch.cuda.stream(other):
+        z.fill_(1.0)
+
+
+def step(side, z, x):
+    with torch.cuda.stream(side):
+        z.fill_(2.0)
+    y = x + z
+"""
+
+
+def _reversed_finding(with_line: int, read_line: int) -> Finding:
+    return Finding(rule="SC101", message="m", kind="RAW", primary=Location("m.py", with_line + 1, 9, role=ROLE_WRITE),
+                   related=(Location("m.py", read_line, 9, role="read"),
+                            Location("m.py", with_line, 10, role=ROLE_STREAM_CONTEXT)),
+                   extra={"path": "z", "writer_stream": "torch.cuda.Stream()", "reader_stream": ""})
+
+
+def test_a_write_on_a_side_stream_read_on_the_current_one():
+    after, applied = apply_fixes(REVERSED, [derive_fix(_reversed_finding(10, 12))])
+    assert [f.description for f in applied] == [
+        "insert `torch.cuda.current_stream().wait_stream(side)` before the read at line 12"]
+    assert after == REVERSED.replace(b"    y = x + z", b"    torch.cuda.current_stream().wait_stream(side)\n    y = x + z")
+    # The `with` in another function: its stream's name is not in scope at the read.
+    assert apply_fixes(REVERSED, [derive_fix(_reversed_finding(5, 12))]) == (REVERSED, [])
+    assert derive_fix(_reversed_finding(10, 6)) is None  # a read before the `with`: not this shape
+
+
 def test_no_fix_where_the_fields_do_not_determine_one():
-    assert derive_fix(_sc101(writer="self.copy_stream")) is None  # the writer's stream may not be in scope
-    assert derive_fix(_sc101(reader="torch.cuda.Stream()")) is None  # not a name the code can use
+    assert derive_fix(_sc101(writer="self.copy_stream")) is None  # two named streams
     no_context = Finding(rule="SC101", message="m", primary=Location("m.py", 2, 5),
                          extra={"writer_stream": "", "reader_stream": "s"})
     assert derive_fix(no_context) is None
