@@ -184,7 +184,8 @@ def scan(
 
     result = ScanResult(findings=[])
     read, raw, suppressions, identity = _read_files(files, config, result)
-    for problem in folder_problems:  # a folder nobody could list is a gap in the gate: SC001, not silence
+    # A folder nobody could list is a gap in the gate: SC001, not silence (once, if two given paths reach it).
+    for problem in {problem.display: problem for problem in folder_problems}.values():
         raw.append(_sc001(problem.display, problem.message, 1, 1))
         identity.append(f"{problem.display}\x1f!{problem.message}")
     # Nothing changed since the last scan of the same paths: its raw findings still hold, no Facts are needed.

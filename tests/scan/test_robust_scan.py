@@ -166,17 +166,18 @@ def test_d7_unreadable_subfolder_alone_still_fails_the_gate(tmp_path, capsys, mo
     assert out_again == out
 
 
-def test_d8_unreadable_folder_named_on_the_command_line(tree, capsys, monkeypatch):
+@pytest.mark.parametrize("paths", [("locked", "z_good.py"), (".", "locked")], ids=["alone", "and-its-parent"])
+def test_d8_unreadable_folder_named_on_the_command_line(tree, capsys, monkeypatch, paths):
     write_tree(tree, {"locked/hidden.py": GOOD})
     _lock(tree / "locked", monkeypatch)
     try:
-        code, doc, err = scan_json(capsys, "--no-cache", "locked", "z_good.py")
+        code, doc, err = scan_json(capsys, "--no-cache", *paths)
     finally:
         os.chmod(tree / "locked", stat.S_IRWXU)
     assert code == 1
-    assert positions(doc) == [("SC001", "locked", 1, 1), ("SC101", "z_good.py", 2, 5)]
+    assert positions(doc) == [("SC001", "locked", 1, 1), ("SC101", "z_good.py", 2, 5)]  # once, however reached
     assert _sc001(doc) == [("locked", 1, LOCKED)]
-    assert "Traceback" not in err
+    assert err == ""
 
 
 # -- D9: damaged cache entries are misses, recomputed and rewritten -------------------------------------------------
