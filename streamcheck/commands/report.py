@@ -13,11 +13,13 @@ from __future__ import annotations
 import argparse
 import sys
 
+from streamcheck.report import FORMATS
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("inputs", nargs="+", metavar="DIR|FILE",
                         help="per-rank findings files (streamcheck-rank*.jsonl), traces, or directories holding them")
-    parser.add_argument("--format", choices=("text", "json", "sarif", "github"), default="text",
+    parser.add_argument("--format", choices=list(FORMATS), default="text",
                         help="report format (default: text)")
     parser.add_argument("--graph", metavar="DIR", help="write each finding's happens-before picture (DOT, HTML) here")
     parser.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE instead of stdout")

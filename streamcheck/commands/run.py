@@ -17,10 +17,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from streamcheck.report import FORMATS
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="streamcheck-out", help="directory for the per-rank findings (JSONL)")
-    parser.add_argument("--format", default="text", choices=["text", "json", "sarif", "github"],
+    parser.add_argument("--format", default="text", choices=list(FORMATS),
                         help="report format (default: text)")
     parser.add_argument("--fail-fast", action="store_true", help="stop the program at the first race")
     parser.add_argument("--trace", default=None,

@@ -188,3 +188,18 @@ def test_text_on_a_terminal_wraps_at_word_boundaries():
     wide = io.StringIO()
     write_report("text", [finding], wide, ReportContext())  # a file or a pipe: one line, never wrapped
     assert wide.getvalue().splitlines()[0] == "x.py:1:1: SC101 " + " ".join(words)
+
+
+def test_runtime_commands_offer_the_same_formats(capsys, monkeypatch):
+    from streamcheck.report import FORMATS
+
+    monkeypatch.chdir(ROOT)
+    assert main(["report", "--format", "pylint", "examples/traces/hpz_race.jsonl"]) == 1
+    assert capsys.readouterr().out.splitlines() == [
+        "examples/hpz_race/racy.py:35: [SC201] (RAW) read-after-write race on storage 0x7f020f000000: aten::cat on "
+        "side stream first used at racy.py:52 in __init__ on cuda:0 reads it at racy.py:35, not ordered after "
+        "aten::copy_ on compute stream cuda:0 (write at racy.py:45)"]
+    assert list(FORMATS) == ["text", "concise", "json", "sarif", "github", "gitlab", "junit", "pylint"]
+    for command in ("scan", "report", "run"):
+        assert main([command, "--help"]) == 0
+        assert "{text,concise,json,sarif,github,gitlab,junit,pylint}" in capsys.readouterr().out
