@@ -77,7 +77,11 @@ def merge(inputs: Iterable[str | Path]) -> MergedReport:
     runs: list[tuple[int, dict[str, Finding]]] = []  # (rank, merge key -> last line of that run)
     findings_files: dict[int, list[Path]] = {}
     for path in _expand(inputs):
-        kind = _kind(path)
+        try:
+            kind = _kind(path)
+        except MergeError as exc:  # one unreadable file (permissions, a folder named .jsonl) does not stop the rest
+            report.damage(f"{exc}, skipped")
+            continue
         if kind is None:
             report.warnings.append(f"{path}: not a streamcheck findings file or trace, skipped")
             continue
@@ -162,13 +166,15 @@ def _open(path: Path) -> io.TextIOBase:
 
 
 def _first_record(path: Path) -> dict:
+    """The first non-blank line as an object ({} for anything else); MergeError if the file cannot be opened."""
+    opened = _open(path)
     try:
-        with _open(path) as lines:
+        with opened as lines:
             for line in lines:
                 if line.strip():
                     record = json.loads(line)
                     return record if isinstance(record, dict) else {}
-    except (ValueError, OSError, EOFError, zlib.error, RecursionError, MergeError):
+    except (ValueError, OSError, EOFError, zlib.error, RecursionError):
         return {}
     return {}
 

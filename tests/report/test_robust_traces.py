@@ -9,6 +9,7 @@ rank; from the issue's "Also": distinct findings whose lines have the same text,
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -333,3 +334,22 @@ def test_report_of_every_bad_input_next_to_a_racy_trace(tmp_path, capsys):
         "or a string, not a list, skipped",
         f"streamcheck report: warning: {j}/d14_garbage.jsonl:3: not JSON (Expecting value), skipped",
     ]
+
+
+def test_an_unreadable_input_file_is_skipped_and_the_rest_reported(tmp_path, capsys, monkeypatch):
+    racy_trace(tmp_path / "a.jsonl")
+    locked = tmp_path / "b.jsonl"
+    racy_trace(locked, rank=1)
+    os.chmod(locked, 0)
+    real_open = Path.open
+
+    def refuse(self, *args, **kwargs):  # what a non-root user meets; root reads anything
+        if self == locked:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_open(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", refuse)
+    code, out, err = run(capsys, "report", str(tmp_path))
+    assert code == 1 and out.splitlines()[0] == RACE_LINE
+    assert out.rstrip().endswith("Found 1 finding in 1 rank: SC201 x1.")
+    assert err == f"streamcheck report: warning: {locked}: cannot read: Permission denied, skipped\n"
