@@ -3,9 +3,7 @@
 import torch
 
 
-@torch.compile
-def scale(x: torch.Tensor) -> torch.Tensor:
-    return x * 2 + 1  # one fused Triton kernel
+scale = torch.compile(lambda x: x * 2 + 1)  # one fused Triton kernel
 
 
 def main() -> None:
