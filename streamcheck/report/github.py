@@ -23,11 +23,14 @@ def write(findings: list[Finding], out: TextIO, context: ReportContext) -> None:
 def annotation(finding: Finding) -> str:
     level = _LEVELS.get(finding.severity, "notice")
     title = finding.rule + (f" ({finding.kind})" if finding.kind else "")
-    props = [f"file={_prop(finding.primary.path)}", f"line={finding.primary.line}", f"col={finding.primary.column}"]
-    if finding.primary.end_line:
-        props.append(f"endLine={finding.primary.end_line}")
-    if finding.primary.end_column and finding.primary.end_line == finding.primary.line:
-        props.append(f"endColumn={finding.primary.end_column}")
+    from streamcheck.report.regions import with_end
+
+    primary = with_end(finding.primary)
+    props = [f"file={_prop(primary.path)}", f"line={primary.line}", f"col={primary.column}"]
+    if primary.end_line:
+        props.append(f"endLine={primary.end_line}")
+    if primary.end_column and primary.end_line == primary.line:
+        props.append(f"endColumn={primary.end_column}")
     props.append(f"title={_prop(title)}")
     lines = [finding.message]
     for loc in finding.related:

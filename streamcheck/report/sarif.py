@@ -218,6 +218,9 @@ def _artifact(path: str, root: Path) -> dict[str, Any]:
 
 
 def _physical(loc: Location, root: Path) -> dict[str, Any]:
+    from streamcheck.report.regions import with_end
+
+    loc = with_end(loc)
     region: dict[str, Any] = {"startLine": max(1, loc.line), "startColumn": max(1, loc.column)}
     if loc.end_line:
         region["endLine"] = loc.end_line

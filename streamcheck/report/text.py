@@ -84,6 +84,9 @@ def render_finding(finding: Finding) -> Text:
 
 
 def _source_block(text: Text, loc: Location) -> None:
+    from streamcheck.report.regions import with_end
+
+    loc = with_end(loc)  # the caret underlines the whole expression where the source shows where it ends
     line = _file_line(loc)
     gutter = f"{loc.line:>6} | "
     if not line:  # the file is not at hand: show the stored snippet, without a caret (its indent is gone)

@@ -120,3 +120,23 @@ def test_runtime_report_sarif_has_code_flows(capsys, monkeypatch):
     assert rules["SC201"]["name"] == "StreamRaceAtRuntime"
     assert rules["SC201"]["properties"]["precision"] == "very-high"
     assert "runtime" in rules["SC201"]["properties"]["tags"]
+
+
+def test_end_of_a_region_read_from_the_source(tmp_path, monkeypatch, capsys):
+    from .test_fix import FREE_SOURCE
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "m.py").write_text(FREE_SOURCE.replace("del t1", "del t1  # é"), encoding="utf-8")
+    code, doc = _sarif(capsys, "m.py")
+    (result,) = doc["runs"][0]["results"]
+    region = result["locations"][0]["physicalLocation"]["region"]
+    assert (region["startLine"], region["startColumn"], region["endLine"], region["endColumn"]) == (8, 9, 8, 11)
+    read = result["relatedLocations"][0]["physicalLocation"]["region"]
+    assert (read["startLine"], read["startColumn"], read["endLine"], read["endColumn"]) == (7, 17, 7, 25)  # t1.sum()
+    assert main(["scan", "--no-progress", "--no-cache", "--format", "github", "m.py"]) == 1
+    assert capsys.readouterr().out.startswith("::error file=m.py,line=8,col=9,endLine=8,endColumn=11,title=SC104")
+    # The file changed since: the source no longer says where the expression ends, so no end is given.
+    from streamcheck.findings import Location
+    from streamcheck.report.regions import with_end
+
+    assert with_end(Location("m.py", 8, 3)) == Location("m.py", 8, 3)

@@ -67,8 +67,9 @@ def test_text_report_of_a_real_finding(project, capsys):
     lines = out.splitlines()
     assert code == 1
     assert lines[0].startswith(f"part.py:{WRITE_LINE}:9: SC101 RAW `param.ds_secondary_tensor` is written by `copy_`")
+    # The caret underlines the whole expression that starts at the reported column (report/regions.py).
     assert lines[1:3] == [f"     {WRITE_LINE} | param.ds_secondary_tensor.copy_(one_dim_param.narrow(0, 0, n))",
-                          "         ^"]
+                          "         " + "^" * len("param.ds_secondary_tensor.copy_(one_dim_param.narrow(0, 0, n))")]
     assert any(line.startswith("  read           part.py:17:") for line in lines)
     assert any(line.startswith("  stream context part.py:15:") for line in lines)
     assert any(line.startswith("  fix: ") and "wait_stream" in line for line in lines)
