@@ -135,7 +135,7 @@ def test_end_of_a_region_read_from_the_source(tmp_path, monkeypatch, capsys):
     assert (read["startLine"], read["startColumn"], read["endLine"], read["endColumn"]) == (7, 17, 7, 25)  # t1.sum()
     assert main(["scan", "--no-progress", "--no-cache", "--format", "github", "m.py"]) == 1
     assert capsys.readouterr().out.startswith("::error file=m.py,line=8,col=9,endLine=8,endColumn=11,title=SC104")
-    # The file changed since: the source no longer says where the expression ends, so no end is given.
+    # A column where no expression starts: the source does not say where the region ends, so no end is given.
     from streamcheck.findings import Location
     from streamcheck.report.regions import with_end
 
