@@ -113,8 +113,15 @@ def bound_accesses(program: "Program", function: "Function") -> list[Access]:
     """The accesses `function`'s calls make to its own paths through the callees' parameters, at the calls."""
     def build() -> list[Access]:
         found: list[Access] = []
+        if not function.file.detailed:
+            return found  # a file the prefilter passed over holds no access facts for its calls to bind
+        # A local handed to a helper can only race where the function itself switches streams or runs under a
+        # region; an attribute of `self` can race from anywhere.
+        on_streams = bool(function.facts.regions or program.region_chains(function.id))
         for call, edges in program.calls_of(function.id):
-            exact = [e for e in edges if e.exact]
+            if not call.args or not (on_streams or any(a.startswith("self.") for a in call.args)):
+                continue
+            exact = [e for e in edges if e.exact and program.functions[e.callee].file.detailed]
             for edge in exact:
                 found.extend(_bind(program, function, call, edge, parameter_accesses(program, edge.callee)))
             if not edges and _calls_a_value(function, call):
@@ -133,7 +140,7 @@ def _calls_a_value(function: "Function", call: Call) -> bool:
     or a kernel wrapper that consumes its tensor arguments. Constructors, builtins and imported library functions
     are hand-offs, not reads."""
     parts = call.callee.split(".")
-    if parts[0] in function.file.imports or not all(p.isidentifier() for p in parts):
+    if parts[0] in function.file.imports or not call.callee.replace(".", "_").isidentifier():
         return False
     if len(parts) == 1:
         return parts[0] in function.facts.params or not parts[0][:1].isupper() and parts[0] not in BUILTIN_NAMES
