@@ -37,12 +37,17 @@ DRIVER = textwrap.dedent("""
 
 
 def _children(pid: int) -> set[int]:
+    """Processes whose parent is `pid` (from /proc/*/stat, which every Linux kernel has)."""
     found: set[int] = set()
-    for task in Path(f"/proc/{pid}/task").iterdir():
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
         try:
-            found.update(int(child) for child in (task / "children").read_text().split())
+            stat = (entry / "stat").read_text()
         except OSError:
-            pass
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:  # after "(comm)": state, ppid, ...
+            found.add(int(entry.name))
     return found
 
 
