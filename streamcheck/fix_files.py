@@ -70,8 +70,9 @@ def run_fixes(args, result, scan_once):
     if args.diff:
         outcome = fix_findings(result.findings, args.unsafe_fixes, write=False, disk=getattr(args, "stdin_map", None))
         sys.stdout.write("".join(outcome.diffs))
-        print(f"streamcheck: would fix {plural(len(outcome.applied), 'finding')} in "
-              f"{plural(len(outcome.files), 'file')}{_unsafe_hint(outcome.unsafe_left)}", file=sys.stderr)
+        if not args.quiet:
+            print(f"streamcheck: would fix {plural(len(outcome.applied), 'finding')} in "
+                  f"{plural(len(outcome.files), 'file')}{_unsafe_hint(outcome.unsafe_left)}", file=sys.stderr)
         return 1 if outcome.applied else 0
     fixed, files, unsafe_left = 0, set(), 0
     for _ in range(_FIX_ROUNDS):
@@ -86,8 +87,9 @@ def run_fixes(args, result, scan_once):
         result = scan_once()
         if isinstance(result, int):
             return result
-    print(f"streamcheck: fixed {plural(fixed, 'finding')} in {plural(len(files), 'file')}, "
-          f"{len(result.findings)} left{_unsafe_hint(unsafe_left)}", file=sys.stderr)
+    if not args.quiet:  # -q: the findings left, nothing else
+        print(f"streamcheck: fixed {plural(fixed, 'finding')} in {plural(len(files), 'file')}, "
+              f"{len(result.findings)} left{_unsafe_hint(unsafe_left)}", file=sys.stderr)
     return result
 
 

@@ -211,3 +211,9 @@ def test_a_rule_can_hand_over_its_own_edit():
     fix = derive_fix(finding)
     after, _ = apply_fixes(SOURCE, [fix])
     assert after.splitlines()[6:8] == [b"        x.record_stream(self.side)", b"        use(x)"]
+
+
+def test_quiet_fix_prints_only_what_is_left(copy_of, capsys):
+    copy_of("free_without_record_stream")
+    assert scan(capsys, "-q", "--fix", "free_without_record_stream") == (0, "", "")
+    assert scan(capsys, "-q", "--diff", "free_without_record_stream") == (0, "", "")
