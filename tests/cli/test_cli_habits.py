@@ -139,7 +139,10 @@ def test_license_and_packaging_metadata():
     assert "libcst>=1.1" in project["project"]["dependencies"]
     setuptools = project["tool"]["setuptools"]
     assert set(setuptools["package-data"]) <= set(setuptools["packages"])  # no data-only package warning
-    assert project["project"]["urls"]["Homepage"] == "https://github.com/streamcheck/streamcheck"
+    from streamcheck.docs import PROJECT_URL
+
+    # SARIF's informationUri and every helpUri come from the same address as the package's Homepage.
+    assert project["project"]["urls"]["Homepage"] == PROJECT_URL == "https://github.com/streamcheck/streamcheck"
 
 
 @pytest.mark.network
