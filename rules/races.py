@@ -18,13 +18,13 @@ Callees count wherever they are called (summaries.py), with parameters bound to 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Iterator
 
 from .aliasing import access_keys, same_element
 from .callgraph import Edge, Function
 from .facts import NO_REGION, Access
-from .orderings import EVENT, orders, orderings_of, site_stream
+from .orderings import EVENT, Ordering, orders, orderings_of, site_stream
 from .streams import CURRENT_STREAM, PARAM, UNKNOWN, display
 from .summaries import call_orderings
 
@@ -75,18 +75,25 @@ def same_body(first: Context, second: Context) -> bool:
 
 
 def ordered_between(program: "Program", function: Function, after: Position, before: Position, earlier: str,
-                    later: str) -> bool:
+                    later: str, frame: str = CURRENT_STREAM) -> bool:
     """An ordering in `function` strictly between two positions (on any path) that makes work of stream
-    `later` launched afterwards follow earlier work of stream `earlier`."""
+    `later` launched afterwards follow earlier work of stream `earlier`. `frame` is the stream the function's
+    own current stream stands for (a region's, when a chain of calls from it reached the function)."""
     def between(line: int, column: int) -> bool:
         return after < (line, column) < before and not _exits_before(function, line, before[0])
 
+    def holds(ordering: Ordering) -> bool:
+        if frame != CURRENT_STREAM:
+            ordering = replace(ordering, waiter=frame if ordering.waiter == CURRENT_STREAM else ordering.waiter,
+                               target=frame if ordering.target == CURRENT_STREAM else ordering.target)
+        return orders(program, ordering, earlier, later)
+
     for ordering in orderings_of(program, function):
-        if between(ordering.line, ordering.column) and orders(program, ordering, earlier, later):
+        if between(ordering.line, ordering.column) and holds(ordering):
             return True
     for call, edges in program.calls_of(function.id):
         if between(call.line, call.column):
-            if any(orders(program, o, earlier, later) for o in call_orderings(program, function, call, edges)):
+            if any(holds(o) for o in call_orderings(program, function, call, edges)):
                 return True
     return False
 
@@ -97,22 +104,48 @@ def _exits_before(function: Function, line: int, target: int) -> bool:
     return any(first <= line <= last and not first <= target <= last for first, last in function.facts.exits)
 
 
-def ordered_after(program: "Program", function: Function, position: Position, earlier: str, later: str,
-                  consumers: frozenset[str], levels: int = CALLER_LEVELS) -> bool:
-    """The writer's side: an ordering after `position` in `function` (or after the call of it, in a caller)
-    that comes before anything that could run the other access: a call that reaches one of the `consumers`
-    (function ids), or one that runs hooks (`backward()`)."""
+def ordered_after(program: "Program", context: Context, earlier: str, later: str,
+                  consumers: frozenset[str]) -> bool:
+    """The writer's side: an ordering after the access, before anything that could run the other access (a
+    call that reaches one of the `consumers`, function ids, or one that runs hooks): in its function, then up
+    the chain of calls it was reached through (after each call), then in the callers (after the call)."""
+    frame = context.stream if context.chain else CURRENT_STREAM
+    found, blocked = _after_in(program, context.function, context.position, earlier, later, consumers, frame)
+    if found or blocked:
+        return found
+    for edge in reversed(context.chain):
+        caller = program.functions[edge.caller]
+        frame = CURRENT_STREAM if edge is context.chain[0] else context.stream
+        found, blocked = _after_in(program, caller, (edge.call.line, edge.call.column), earlier, later, consumers,
+                                   frame)
+        if found or blocked:
+            return found
+    top = context.region_fn if context.chain else context.function
+    return _after_in_callers(program, top, earlier, later, consumers, CALLER_LEVELS)
+
+
+def _after_in(program: "Program", function: Function, position: Position, earlier: str, later: str,
+              consumers: frozenset[str], frame: str) -> tuple[bool, bool]:
+    """(an ordering follows `position` in `function` before a call that may run a consumer, such a call)."""
     limit = _first_reaching_call(program, function, position, consumers)
-    if ordered_between(program, function, position, limit, earlier, later):
-        return True
-    if _event_handed_off(program, function, position, earlier):
-        return True
-    if levels == 0 or limit != END:
+    if ordered_between(program, function, position, limit, earlier, later, frame):
+        return True, False
+    if _event_handed_off(program, function, position, earlier if frame == CURRENT_STREAM else frame):
+        return True, False
+    return False, limit != END
+
+
+def _after_in_callers(program: "Program", function: Function, earlier: str, later: str,
+                      consumers: frozenset[str], levels: int) -> bool:
+    if levels == 0:
         return False
     for caller, call in program.call_sites.get(function.id, ()):
         here = site_stream(program, caller, call.region)
-        if ordered_after(program, caller, (call.line, call.column), _in_caller(earlier, here),
-                         _in_caller(later, here), consumers, levels - 1):
+        earlier_there, later_there = _in_caller(earlier, here), _in_caller(later, here)
+        found, blocked = _after_in(program, caller, (call.line, call.column), earlier_there, later_there,
+                                   consumers, CURRENT_STREAM)
+        if found or (not blocked and _after_in_callers(program, caller, earlier_there, later_there, consumers,
+                                                       levels - 1)):
             return True
     return False
 
@@ -148,12 +181,12 @@ def _first_reaching_call(program: "Program", function: Function, position: Posit
 def ordered_before(program: "Program", context: Context, earlier: str) -> bool:
     """The reader's side: an ordering before the access on its way (see the module docstring)."""
     later = context.stream
-    if ordered_between(program, context.function, START, context.position, earlier, later):
+    if _ordered_on_chain(program, context, earlier):
         return True
-    for edge in context.chain:
-        caller = program.functions[edge.caller]
-        if ordered_between(program, caller, START, (edge.call.line, edge.call.column), earlier, later):
-            return True
+    first = context.chain[0] if context.chain else None
+    if first and ordered_between(program, context.region_fn, START, (first.call.line, first.call.column), earlier,
+                                 later):
+        return True
     if later.startswith(PARAM) and _param_stream_waited_anywhere(program, later):
         return True
     if context.region_fn is not None:
@@ -205,11 +238,11 @@ def unordered(program: "Program", first: Context, second: Context) -> bool:
         if ordered_between(program, first_fn, first_at, second_at, first.stream, second.stream):
             return False
         if first.chain and ordered_between(program, first.function, first.position, END, first.stream,
-                                           second.stream):
+                                           second.stream, first.stream):
             return False
         return not (second.chain and _ordered_on_chain(program, second, first.stream))
     consumers = frozenset({second.function.id} | ({second.region_fn.id} if second.region_fn else set()))
-    if ordered_after(program, first.function, first.position, first.stream, second.stream, consumers):
+    if ordered_after(program, first, first.stream, second.stream, consumers):
         return False
     return not ordered_before(program, second, first.stream)
 
@@ -231,11 +264,14 @@ def _anchor(context: Context) -> tuple[Function, Position]:
 
 
 def _ordered_on_chain(program: "Program", context: Context, earlier: str) -> bool:
+    """An ordering before the access in its function or before the next call in the chain's functions below
+    the region's (whose current stream is the region's)."""
     later = context.stream
-    if ordered_between(program, context.function, START, context.position, earlier, later):
+    frame = context.stream if context.chain else CURRENT_STREAM
+    if ordered_between(program, context.function, START, context.position, earlier, later, frame):
         return True
     return any(ordered_between(program, program.functions[edge.caller], START, (edge.call.line, edge.call.column),
-                               earlier, later) for edge in context.chain[1:])
+                               earlier, later, context.stream) for edge in context.chain[1:])
 
 
 def matching(program: "Program", function: Function, access: Access, kind: str) -> Iterator[tuple[Function, Access]]:
