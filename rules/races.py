@@ -231,6 +231,8 @@ def unordered(program: "Program", first: Context, second: Context) -> bool:
     if first.function is second.function and None not in (_origin(first), _origin(second)) \
             and _origin(first) != _origin(second):
         return False  # one call of a function runs on one stream: two of its calls are two different contexts
+    if _both_ways(program, first, second):
+        return False
     (first_fn, first_at), (second_fn, second_at) = _anchor(first), _anchor(second)
     if first_fn is second_fn:
         if first_at >= second_at:
@@ -245,6 +247,18 @@ def unordered(program: "Program", first: Context, second: Context) -> bool:
     if ordered_after(program, first, first.stream, second.stream, consumers):
         return False
     return not ordered_before(program, second, first.stream)
+
+
+def _both_ways(program: "Program", first: Context, second: Context) -> bool:
+    """Each access can also run on the other's stream (their functions are called from both contexts): the pair
+    races only across two different calls mixed up by the lint, not within one run of the code that calls them."""
+    return first.stream in _streams(program, second) and second.stream in _streams(program, first)
+
+
+def _streams(program: "Program", context: Context) -> set[str]:
+    if context.access.region != NO_REGION:
+        return {context.stream}
+    return program.streams_of(context.function.id)
 
 
 def _origin(context: Context) -> tuple | None:
