@@ -12,7 +12,14 @@ import pytest
 from streamcheck.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
-VALID = "SC001, SC002, SC101, SC102, SC103, SC104, SC105"
+def _scan_rule_ids() -> str:
+    from streamcheck.rules.registry import all_rules
+    from streamcheck.scanning import DRIVER_RULES
+
+    return ", ".join(sorted({*DRIVER_RULES, *(rule.id for rule in all_rules())}))
+
+
+VALID = _scan_rule_ids()  # the message lists every scan rule: SC001, SC002, SC101, ... (new rules included)
 UNKNOWN = "unknown rule id {!r}; valid: " + VALID + ", a prefix of them (e.g. 'SC1'), or ALL"
 RUNTIME = ("{} is a runtime rule (reported by `streamcheck run` and `streamcheck report`), not a scan rule; "
            "scan rules: " + VALID)
@@ -53,6 +60,11 @@ def test_unknown_rule_ids_in_pyproject_exit_2(project, capsys, table, key, code)
     (project / "pyproject.toml").write_text(table, encoding="utf-8")
     assert scan(capsys, ".") == (
         2, "", f"streamcheck scan: {project / 'pyproject.toml'}: [tool.streamcheck] {key}: {UNKNOWN.format(code)}\n")
+
+
+def test_the_valid_ids_listed_are_the_scan_rules():
+    assert VALID.startswith("SC001, SC002, SC101, SC102, SC103, SC104, SC105")
+    assert "SC2" not in VALID
 
 
 def test_valid_prefixes_and_all_still_scan(project, capsys):
