@@ -269,6 +269,11 @@ def _origin(context: Context) -> tuple | None:
     return (context.region_fn.id if context.region_fn else "", context.region)
 
 
+def same_anchor(first: Context, second: Context) -> bool:
+    """Both accesses start from one function body, where their program order is the source order."""
+    return _anchor(first)[0] is _anchor(second)[0]
+
+
 def _anchor(context: Context) -> tuple[Function, Position]:
     """Where an access starts in the function its context begins in: itself, or the first call of its chain."""
     if not context.chain:

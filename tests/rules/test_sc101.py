@@ -214,8 +214,11 @@ def test_local_tensor_in_one_function():
             x.add_(1)
             return z
     """
-    # The add_ after the region is not consumed by the region's read (program order).
-    assert _summary(findings_of({"m.py": source})) == [("SC101", "RAW", "m.py", line_of(source, "x.copy_(y)"))]
+    # The add_ after the region is not consumed by the region's read (program order) ...
+    assert _summary(findings_of({"m.py": source}, {"SC101"})) == [
+        ("SC101", "RAW", "m.py", line_of(source, "x.copy_(y)"))]
+    # ... it overwrites what the side stream may still be reading: SC106's write-after-read.
+    assert _summary(findings_of({"m.py": source}, {"SC106"})) == [("SC106", "WAR", "m.py", line_of(source, "x.add_(1)"))]
 
 
 def test_stream_picked_into_a_local_is_tied_to_its_attribute():

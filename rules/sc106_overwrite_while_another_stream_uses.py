@@ -1,0 +1,202 @@
+"""SC106: a tensor another stream still reads (or writes) is overwritten with nothing ordering the two."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from streamcheck.findings import ROLE_CALL, ROLE_READ, ROLE_STREAM_CONTEXT, ROLE_WRITE, Finding
+
+from .facts import NO_REGION, Access
+from .program import Function, Program
+from .races import Context, contexts, matching, same_anchor, unordered
+from .rule import Rule, location
+from .streams import CURRENT_STREAM, display, stream_words
+
+
+class OverwriteWhileAnotherStreamUses(Rule):
+    """
+    What it does:
+        Finds a device write to a tensor that another stream read (write-after-read, WAR) or wrote (WAW) before
+        it, with no ordering from that stream to the writing one in between: typically a side stream consumes a
+        buffer inside `with torch.cuda.stream(s):` and the current stream then refills it (a ping-pong or
+        staging buffer) without `torch.cuda.current_stream().wait_stream(s)`. The two accesses are taken in
+        program order: in one function body, or in two functions a common function calls one after the other
+        (directly or through calls). Two writes in two different stream regions of two functions are also
+        reported (WAW), whatever their order. A wait in the other direction (`s.wait_stream(current)`) orders
+        nothing here.
+
+    Why it is bad:
+        Launching the side stream's kernel returns at once; the kernel may run much later. The current stream's
+        write can land first, and the side stream then reads the new data (or its result is overwritten), a
+        silent error that depends on timing. A wait for the producer before the consumer (SC101's fix) does not
+        help: the edge needed goes the other way, from the consumer back to the next producer.
+
+    Example:
+        with torch.cuda.stream(side):
+            total = staging.sum()        # side stream reads staging
+        staging.copy_(next_batch)        # current stream overwrites it: may run first
+
+    Fix:
+        Make the writing stream wait for the other one before the write:
+        `torch.cuda.current_stream().wait_stream(side)` (or record an event on `side` after the read and
+        `wait_event` it), or double-buffer with an index that alternates and a wait per buffer.
+    """
+
+    id = "SC106"
+    summary = "tensor overwritten while another stream may still use it (WAR / WAW)"
+
+    VALID = [
+        # The current stream waits for the side stream before overwriting.
+        """
+import torch
+
+def step(staging, batch, side):
+    with torch.cuda.stream(side):
+        total = staging.sum()
+    torch.cuda.current_stream().wait_stream(side)
+    staging.copy_(batch)
+    return total
+""",
+        # Double buffer: the side stream reads one half, the current stream fills the other.
+        """
+import torch
+
+def step(bufs, batch, side, cur):
+    with torch.cuda.stream(side):
+        total = bufs[cur].sum()
+    bufs[1 - cur].copy_(batch)
+    return total
+""",
+        # Written first, read later (SC101's business, not a WAR).
+        """
+import torch
+
+def step(staging, batch, side):
+    staging.copy_(batch)
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        return staging.sum()
+""",
+    ]
+
+    INVALID = [
+        """
+import torch
+
+def step(staging, batch, side):
+    with torch.cuda.stream(side):
+        total = staging.sum()
+    staging.copy_(batch)  # expect: SC106
+    return total
+""",
+        # A wait in the other direction orders nothing for the overwrite.
+        """
+import torch
+
+class Prefetcher:
+    def step(self, batch):
+        with torch.cuda.stream(self.side):
+            out = self.staging * 2
+        self.side.wait_stream(torch.cuda.current_stream())
+        self.staging.copy_(batch)  # expect: SC106
+        return out
+""",
+        # Through a helper called in the region.
+        """
+import torch
+
+def consume(buf):
+    return buf.sum()
+
+def step(staging, batch, side):
+    with torch.cuda.stream(side):
+        total = consume(staging)
+    staging.zero_()  # expect: SC106
+    return total
+""",
+        # Two writers on two streams (WAW).
+        """
+import torch
+
+def run(t, s1, s2):
+    def writer_a():
+        with torch.cuda.stream(s1):
+            t.fill_(1.0)
+
+    def writer_b():
+        with torch.cuda.stream(s2):
+            t.fill_(2.0)  # expect: SC106
+
+    writer_a()
+    writer_b()
+""",
+    ]
+
+    def check(self, program: Program) -> Iterable[Finding]:
+        for writer, write in program.all_accesses():
+            if write.kind != "write":
+                continue
+            found: list[tuple[Context, Context, str]] = []
+            for write_ctx in contexts(program, writer, write):
+                for kind, other_kind in (("WAR", "read"), ("WAW", "write")):
+                    for other_fn, other in matching(program, writer, write, other_kind):
+                        if other_fn is writer and other == write:
+                            continue
+                        for other_ctx in contexts(program, other_fn, other):
+                            if self._races(program, other_ctx, write_ctx, kind):
+                                found.append((other_ctx, write_ctx, kind))
+            if found:
+                yield _finding(program, writer, write, found)
+
+    @staticmethod
+    def _races(program: Program, earlier: Context, later: Context, kind: str) -> bool:
+        if same_anchor(earlier, later):
+            return unordered(program, earlier, later)
+        # Order unknown: SC101 already reports a write read elsewhere; two writes in two explicit regions are WAW.
+        both_regions = earlier.access.region != NO_REGION and later.access.region != NO_REGION
+        if kind != "WAW" or not both_regions or earlier.function is later.function:
+            return False
+        return unordered(program, earlier, later) and _first(earlier, later)
+
+
+def _first(first: Context, second: Context) -> bool:
+    """Report a two-writer race once: from the write that comes later in the source."""
+    return (first.function.file.path, first.position) < (second.function.file.path, second.position)
+
+
+def _finding(program: Program, writer: Function, write: Access, found: list[tuple[Context, Context, str]]) -> Finding:
+    found.sort(key=lambda f: (f[2] != "WAR", len(f[0].chain), f[0].function.file.path, f[0].position))
+    earlier, write_ctx, kind = found[0]
+    verb = "read" if kind == "WAR" else "written"
+    op = earlier.access.op
+    message = (
+        f"`{write.path}` is overwritten by `{write.op}` on {stream_words(write_ctx.stream)} while "
+        f"{stream_words(earlier.stream)} may still use it ({verb} by `{op}` in `{earlier.function.facts.qualname}`): "
+        f"no wait between them")
+    related = [location(earlier.function, earlier.access.line, earlier.access.column,
+                        ROLE_READ if kind == "WAR" else ROLE_WRITE, f"{op} in {earlier.function.facts.qualname}")]
+    region_ctx = earlier if earlier.region_fn is not None else write_ctx
+    if region_ctx.region_fn is not None:
+        region = region_ctx.region_fn.facts.regions[region_ctx.region]
+        related.append(location(region_ctx.region_fn, region.line, region.column, ROLE_STREAM_CONTEXT,
+                                f"switches to {stream_words(region_ctx.stream)}"))
+    for edge in earlier.chain:
+        caller, callee = program.functions[edge.caller], program.functions[edge.callee]
+        related.append(location(caller, edge.call.line, edge.call.column, ROLE_CALL, f"calls {callee.facts.qualname}"))
+    waiter, waited = _code(write_ctx.stream), _code(earlier.stream)
+    return Finding(
+        rule=OverwriteWhileAnotherStreamUses.id,
+        message=message,
+        primary=location(writer, write.line, write.column, ROLE_WRITE, f"{write.op} in {writer.facts.qualname}"),
+        related=tuple(related),
+        fix=(f"Make `{waiter}` wait for `{waited}` before the write: `{waiter}.wait_stream({waited})` before "
+             f"{writer.file.path}:{write.line} (or record an event on `{waited}` after its use and wait on it)."),
+        kind=kind,
+        symbol=writer.facts.qualname,
+        extra={"path": write.path, "writer_stream": display(write_ctx.stream) if write_ctx.stream else "",
+               "other_stream": display(earlier.stream) if earlier.stream else ""},
+    )
+
+
+def _code(stream: str) -> str:
+    return "torch.cuda.current_stream()" if stream == CURRENT_STREAM else display(stream)
