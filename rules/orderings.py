@@ -108,6 +108,8 @@ def _ordering(program: "Program", function: "Function", sync: Sync) -> Ordering 
 
 def _synchronized(program: "Program", function: "Function", sync: Sync, here: str) -> str:
     receiver = sync.receiver
+    if sync.method != "synchronize":
+        return ANY_STREAM  # a configured sync callable (`sync-callables`): it orders everything, as declared
     if not receiver or receiver.split(".", 1)[0] in function.file.imports or receiver.endswith("get_accelerator()"):
         return ANY_STREAM  # torch.cuda.synchronize(), get_accelerator().synchronize(), a configured sync
     if "event" in receiver.lower() or recorded_streams(program, event_id(program, function, receiver)):
