@@ -1,0 +1,133 @@
+"""Facts for many files in worker processes that never outlive the scan: one file's outcome, and the pool.
+
+The outcome of a file is {"facts": facts object} or {"failure": {message, line, column}} (a parse failure, a
+RecursionError, or a bug in a rule's extraction: never an exception). Workers write their cache entries
+themselves, so the parent only unpickles results; CPython's parser warnings about the scanned code are silenced
+there. A worker blocks reading its task pipe, whose write end it inherited itself, so a parent that dies (SIGKILL,
+an unhandled SIGTERM) never gives it an EOF: each worker asks the kernel for SIGKILL when its parent goes (Linux),
+and watches its parent id everywhere.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from typing import Any
+
+# Worker-process state, set once per process by the pool initializer (or directly for in-process runs).
+_worker: dict[str, Any] = {}
+
+
+def _init_worker(backend: Any, cache: Any) -> None:
+    _worker["backend"], _worker["cache"] = backend, cache
+
+
+def _init_pool_worker(backend: Any, cache: Any, parent: int) -> None:
+    """A pool worker: as _init_worker, and it dies with the scan (see the module's docstring for why it must)."""
+    _init_worker(backend, cache)
+    _die_with_parent(parent)
+
+
+def _die_with_parent(parent: int) -> None:
+    import signal
+    import sys
+    import threading
+
+    if sys.platform.startswith("linux"):
+        try:  # the kernel signals this process the moment the parent goes; nothing to poll
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            PR_SET_PDEATHSIG = 1
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent:  # it went before the prctl took effect
+        os._exit(1)
+
+    def watch() -> None:  # elsewhere (and as a backstop): re-parented means orphaned
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="streamcheck-parent-watch", daemon=True).start()
+
+
+def _extract_one(job: tuple[str, str, str | None]) -> dict:
+    """Facts of one file as an outcome: {"facts": facts object} or {"failure": {message, line, column}}.
+
+    The cache entry (JSON) is written here, in the worker, so the parent only unpickles the result.
+    """
+    display, text, key = job
+    backend = _worker["backend"]  # a scanning.RulesBackend
+    cache = _worker["cache"]  # a FactsCache or None
+    try:
+        with warnings.catch_warnings():
+            # CPython's parser warns about the scanned code ("invalid escape sequence", "is" with a literal):
+            # those are the project's own lint's business, not lines on the scanner's stderr.
+            warnings.simplefilter("ignore", SyntaxWarning)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            facts = backend.extract(text, display, backend.options)
+    except backend.parse_failure as exc:
+        failure = _failure_dict(exc)
+        if cache and key:
+            cache.put(key, {"failure": failure})
+        return {"failure": failure}
+    except RecursionError:
+        return {"failure": {"message": "nesting too deep for the parser", "line": 1, "column": 1}}
+    except Exception as exc:  # a bug in a rule's fact extraction must not stop the scan
+        return {"failure": {"message": f"internal error while reading the file: {type(exc).__name__}: {exc}",
+                            "line": 1, "column": 1}}
+    if cache and key:
+        cache.put(key, {"facts": backend.facts_to_dict(facts)})
+    return {"facts": facts}
+
+
+def _failure_dict(exc: BaseException) -> dict:
+    message = getattr(exc, "message", None) or (exc.args[0] if exc.args else str(exc))
+    line = getattr(exc, "line", None) or (exc.args[1] if len(exc.args) > 1 else 1)
+    column = getattr(exc, "column", None) or (exc.args[2] if len(exc.args) > 2 else 1)
+    return {"message": f"syntax error: {message}", "line": int(line or 1), "column": int(column or 1)}
+
+
+# Below this many files a process pool costs more than it saves.
+_MIN_FILES_FOR_POOL = 8
+
+
+def extract_all(to_extract, backend, cache, jobs, progress):
+    """Yield (file, source, outcome) for every file to extract, in parallel when it pays."""
+    if not to_extract:
+        return
+    jobs = jobs if jobs and jobs > 0 else default_jobs()
+    work = [(file.display, source.text, key) for file, source, key in to_extract]
+    total = len(work)
+    if jobs == 1 or total < _MIN_FILES_FOR_POOL:
+        _init_worker(backend, cache)
+        for index, (item, job) in enumerate(zip(to_extract, work), 1):
+            yield item[0], item[1], _extract_one(job)
+            if progress:
+                progress(index, total)
+        return
+
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    # fork: workers inherit the already-imported rules (and libcst) instead of importing them again.
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
+    context = multiprocessing.get_context(method)
+    workers = min(jobs, total)
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=_init_pool_worker,
+                             initargs=(backend, cache, os.getpid())) as pool:
+        chunk = max(1, min(16, total // (workers * 8)))
+        for index, (item, outcome) in enumerate(zip(to_extract, pool.map(_extract_one, work, chunksize=chunk)), 1):
+            yield item[0], item[1], outcome
+            if progress:
+                progress(index, total)
+
+
+def default_jobs() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return max(1, os.cpu_count() or 1)
