@@ -38,7 +38,42 @@ def access_keys(program: Program, function: Function, access: Access) -> set[tup
 def same_element(first: Access, second: Access) -> bool:
     """Whether two accesses under one key may touch the same tensor: the same index text, or one of them the whole
     container (`bufs[cur]` and `bufs[1 - cur]` are the two halves of a double buffer)."""
-    return not first.index or not second.index or first.index == second.index
+    if not first.index or not second.index or first.index == second.index:
+        return True
+    a, b = _interval(first.index), _interval(second.index)
+    if a is None and b is None:
+        return False  # two different element indices
+    if a is None or b is None:
+        return True  # an element and a slice: may overlap
+    return a[0] < b[1] and b[0] < a[1]
+
+
+def _interval(index: str) -> tuple[int, int] | None:
+    """A slice's bounds evaluated with every name set to one large value (`0:N`, `N:2 * N`), or None for an
+    element index or bounds that do not evaluate. Two slices of one size name overlap at that value exactly when
+    they overlap for any large size (bounds are linear in it in the code this is for)."""
+    if ":" not in index:
+        return None
+    lower, _, upper = index.partition(":")
+    try:
+        return _evaluate(lower), _evaluate(upper)
+    except (ValueError, SyntaxError, TypeError, ZeroDivisionError):
+        return None
+
+
+def _evaluate(text: str) -> int:
+    import ast
+
+    tree = ast.parse(text, mode="eval")
+    names = {n.id: 1_000_003 for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Constant, ast.Name, ast.Load,
+                                 ast.operator, ast.unaryop)):
+            raise ValueError(text)
+    value = eval(compile(tree, "<index>", "eval"), {"__builtins__": {}}, names)  # only + - * // of names
+    if not isinstance(value, int):
+        raise ValueError(text)
+    return value
 
 
 def accesses_by_key(program: Program, kind: str) -> AccessIndex:

@@ -39,6 +39,12 @@ METADATA_METHODS = frozenset({
     "is_shared", "is_set_to", "resize_", "resize_as_", "share_memory_", "requires_grad_", "set_",
 })
 
+# Methods and torch functions whose tensor arguments give only shape, dtype and device: no data read.
+METADATA_ARG_METHODS = frozenset({"view_as", "expand_as", "reshape_as", "type_as", "new_empty", "new_zeros",
+                                  "new_ones", "new_full", "new_tensor", "is_set_to", "size", "stride"})
+METADATA_ARG_FUNCTIONS = frozenset({"empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like",
+                                    "randint_like", "is_tensor", "is_same_size"})
+
 # In-place-looking names that do not write tensor data.
 NOT_DATA_WRITES = frozenset({"requires_grad_", "share_memory_", "retain_grad_", "set_", "resize_", "apply_"})
 
@@ -353,7 +359,8 @@ class _FactsVisitor(ast.NodeVisitor):
                 self._access("write", node.args[0], line, col, method)
         elif method in TENSOR_INPLACE_METHODS:
             self._access("write", node.func.value, line, col, method)
-        elif tensor_method and method not in METADATA_METHODS and method not in VIEW_METHODS and not sync_kind:
+        elif tensor_method and method not in METADATA_METHODS and method not in VIEW_METHODS and not sync_kind \
+                and method not in METADATA_ARG_METHODS:
             self._access("read", node.func.value, line, col, method)
         for kw in node.keywords:
             if kw.arg == "out":
@@ -368,6 +375,8 @@ class _FactsVisitor(ast.NodeVisitor):
             return
         if matches_name(callee, self.stream_names) or last in ("Stream", "Event", "current_stream"):
             return  # naming a stream or event touches no tensor
+        if method in METADATA_ARG_METHODS or last in METADATA_ARG_FUNCTIONS:
+            return  # `x.view_as(z)`, `torch.empty_like(z)`: only z's shape, dtype and device are looked at
         collective = matches_name(callee, self.collectives)
         if not (collective or tensor_method or self._is_torch_function(callee)):
             return  # a hand-off to other code: what the callee does with it is the callee's (summaries.py)
@@ -515,15 +524,21 @@ def split_index(text: str) -> tuple[str, str]:
 
 def _index_of(expr: ast.AST) -> str:
     """The index text of `x[<index>]` when it picks one element by a constant or a simple expression of names
-    (`buf[1 - cur]`, `self.bufs[i]`); "" for slices, whole paths and anything else."""
+    (`buf[1 - cur]`, `self.bufs[i]`), or `a:b` for a slice with both bounds simple (`buf[0:N]`); "" for
+    anything else (the whole path)."""
     if not isinstance(expr, ast.Subscript):
         return ""
     index = expr.slice
     simple = all(isinstance(n, (ast.Constant, ast.Name, ast.Attribute, ast.BinOp, ast.UnaryOp, ast.operator,
-                                ast.unaryop, ast.Load)) for n in ast.walk(index))
-    if not simple or isinstance(index, ast.Slice):
+                                ast.unaryop, ast.Load, ast.Slice)) for n in ast.walk(index))
+    if not simple:
         return ""
-    text = ast.unparse(index)
+    if isinstance(index, ast.Slice):
+        if index.lower is None or index.upper is None or index.step is not None:
+            return ""
+        text = f"{ast.unparse(index.lower)}:{ast.unparse(index.upper)}"
+    else:
+        text = ast.unparse(index)
     return text if len(text) <= 40 else ""
 
 

@@ -4,8 +4,9 @@ line, and whether the host or a stream was ordered in between.
 The hazard rules are intra-procedural: a non_blocking copy, an async collective or a side-stream use is matched
 with what the same function does to the same name or `self.` path afterwards, in source order. A branch that
 cannot run after another (`if` body vs. its `else`) is skipped, and an ordering only counts when it runs on every
-path to the later use (it is not inside a conditional block that the use is outside of). Calls in between count
-as an ordering when an exactly resolved callee blocks the host (for SC102/SC103) or waits (for SC104).
+path to the later use (inside an `if` too, but not in a block that returns first), as in the engine's race
+query. Calls in between count when the callee always blocks the host (SC102/SC103) or orders (SC104), from its
+summary (summaries.py).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from weakref import WeakKeyDictionary
 
 from .facts import AsyncCopy, FunctionFacts, Placement, Use
 from .program import Function, Program
+from .streams import HOST
+from .summaries import performed
 
 HOST_BLOCKING_SYNCS = frozenset({"synchronize", "host_sync"})
 STREAM_ORDERING_SYNCS = frozenset({"wait_stream", "wait_event", "synchronize", "host_sync"})
@@ -24,7 +27,6 @@ HOST_WORDS = ("cpu", "pinned", "pin_", "host")
 DEVICE_WORDS = ("gpu", "cuda", "device")
 
 _class_placements: "WeakKeyDictionary[Program, dict]" = WeakKeyDictionary()
-_blocking_memo: "WeakKeyDictionary[Program, dict]" = WeakKeyDictionary()
 
 
 def covers(block: tuple[int, int], line: int) -> bool:
@@ -107,15 +109,16 @@ def direction(program: Program, function: Function, copy: AsyncCopy) -> str:
 
 
 def host_blocked_between(program: Program, function: Function, start: int, end: int, skip: set[str]) -> bool:
-    """Whether the host waits for the device somewhere after line `start` and before `end` on every path to `end`:
-    a stream, event or device `synchronize()`, a blocking `.item()` / `.cpu()` / `.tolist()` on a tensor other than
-    those in `skip` (which live on the host), or a call whose exactly resolved callee does one of these."""
+    """Whether the host waits for the device after line `start` and before `end` on some path to `end` (an
+    ordering inside an `if` counts; one in a block that returns before `end` does not): a stream, event or
+    device `synchronize()`, a blocking `.item()` / `.cpu()` / `.tolist()` on a tensor other than those in `skip`
+    (which live on the host), or a call that does one of these (summaries.py)."""
     for sync in function.facts.syncs:
-        if sync.kind in HOST_BLOCKING_SYNCS and start < sync.line < end and covers(sync.block, end):
+        if sync.kind in HOST_BLOCKING_SYNCS and start < sync.line < end and _on_a_path(function, sync.line, end):
             if sync.kind == "host_sync" and _on_path(sync.receiver, skip):
                 continue  # `.item()` of a host tensor waits for nothing
             return True
-    return _calls_between(program, function, start, end, _blocks_host)
+    return _calls_between(program, function, start, end, HOST)
 
 
 def _on_path(receiver: str, paths: set[str]) -> bool:
@@ -123,29 +126,26 @@ def _on_path(receiver: str, paths: set[str]) -> bool:
     return any(receiver == p or receiver.startswith((p + ".", p + "[")) for p in paths)
 
 
+def _on_a_path(function: Function, line: int, end: int) -> bool:
+    """Code at `line` can run before `end`: it is not in a block that returns (raises, ...) without reaching it."""
+    return not any(first <= line <= last and not first <= end <= last for first, last in function.facts.exits)
+
+
 def stream_ordered_between(program: Program, function: Function, start: int, end: int) -> bool:
-    """Whether a wait_stream / wait_event / synchronize / blocking host read lies between `start` and `end`."""
+    """Whether a wait_stream / wait_event / synchronize / blocking host read lies between `start` and `end` on
+    some path to `end`."""
     for sync in function.facts.syncs:
-        if sync.kind in STREAM_ORDERING_SYNCS and start < sync.line < end and covers(sync.block, end):
+        if sync.kind in STREAM_ORDERING_SYNCS and start < sync.line < end and _on_a_path(function, sync.line, end):
             return True
-    return _calls_between(program, function, start, end, lambda p, fid: p.performs_wait(fid))
+    return _calls_between(program, function, start, end, None)
 
 
-def _calls_between(program: Program, function: Function, start: int, end: int, orders) -> bool:
+def _calls_between(program: Program, function: Function, start: int, end: int, waiter: str | None) -> bool:
+    """A call between the two lines that always orders something (its summary), the host if `waiter` is HOST."""
     for call, edges in program.calls_of(function.id):
-        if start < call.line < end and covers(call.block, end):
-            if any(edge.exact and orders(program, edge.callee) for edge in edges):
-                return True
+        if start < call.line < end and _on_a_path(function, call.line, end):
+            for edge in edges:
+                pairs = performed(program, edge.callee)
+                if pairs and (waiter is None or any(w == waiter for w, _ in pairs)):
+                    return True
     return False
-
-
-def _blocks_host(program: Program, fid: str) -> bool:
-    memo = _blocking_memo.setdefault(program, {})
-    if fid in memo:
-        return memo[fid]
-    memo[fid] = False  # cycles: no until shown
-    function = program.functions[fid]
-    found = any(s.kind in HOST_BLOCKING_SYNCS for s in function.facts.syncs) or any(
-        edge.exact and _blocks_host(program, edge.callee) for _, edges in program.calls_of(fid) for edge in edges)
-    memo[fid] = found
-    return found

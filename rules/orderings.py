@@ -148,16 +148,29 @@ def _records(program: "Program") -> dict[str, frozenset[str]]:
     return {k: frozenset(v) for k, v in found.items()}
 
 
-def orders(program: "Program", ordering: Ordering, earlier: str, later: str) -> bool:
-    """Whether `ordering` makes work launched afterwards on stream `later` follow earlier work of stream
-    `earlier` (both stream ids as seen where the ordering runs)."""
-    waiter = ordering.waiter
-    if waiter not in (HOST, UNKNOWN, later) and not waiter.startswith("param:"):
-        return False
+def reaches_all(waiter: str) -> bool:
+    """A waiter after which every later launch follows: the host, or a stream the lint cannot name."""
+    return waiter in (HOST, UNKNOWN) or waiter.startswith("param:")
+
+
+def waits_for(program: "Program", ordering: Ordering, stream: str) -> bool:
+    """Whether `ordering`'s target covers earlier work of `stream`."""
     target = ordering.target
-    if target in (ANY_STREAM, UNKNOWN, earlier) or target.startswith("param:") or earlier == UNKNOWN:
+    if target in (ANY_STREAM, UNKNOWN, stream) or target.startswith("param:") or stream == UNKNOWN:
         return True
     if target.startswith(EVENT):
         streams = recorded_streams(program, target[len(EVENT):])
-        return not streams or earlier in streams or UNKNOWN in streams
+        return not streams or stream in streams or UNKNOWN in streams
     return False
+
+
+def ordered_by(program: "Program", orderings: list[Ordering], earlier: str, later: str) -> bool:
+    """Whether a sequence of orderings (in program order) makes `later` follow `earlier`, transitively:
+    `warm` -> current (`current.wait_stream(warm)`), then current -> side (`side.wait_stream(current)`)."""
+    after = {earlier}  # streams whose later work follows the earlier access
+    for ordering in orderings:
+        if any(waits_for(program, ordering, stream) for stream in after):
+            if reaches_all(ordering.waiter):
+                return True
+            after.add(ordering.waiter)
+    return later in after

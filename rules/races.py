@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Iterator
 from .aliasing import access_keys, same_element
 from .callgraph import Edge, Function
 from .facts import NO_REGION, Access
-from .orderings import EVENT, Ordering, orders, orderings_of, site_stream
+from .orderings import EVENT, Ordering, ordered_by, orderings_of, site_stream
 from .streams import CURRENT_STREAM, PARAM, UNKNOWN, display
 from .summaries import call_orderings
 
@@ -82,20 +82,18 @@ def ordered_between(program: "Program", function: Function, after: Position, bef
     def between(line: int, column: int) -> bool:
         return after < (line, column) < before and not _exits_before(function, line, before[0])
 
-    def holds(ordering: Ordering) -> bool:
-        if frame != CURRENT_STREAM:
-            ordering = replace(ordering, waiter=frame if ordering.waiter == CURRENT_STREAM else ordering.waiter,
-                               target=frame if ordering.target == CURRENT_STREAM else ordering.target)
-        return orders(program, ordering, earlier, later)
+    def in_frame(ordering: Ordering) -> Ordering:
+        if frame == CURRENT_STREAM:
+            return ordering
+        return replace(ordering, waiter=frame if ordering.waiter == CURRENT_STREAM else ordering.waiter,
+                       target=frame if ordering.target == CURRENT_STREAM else ordering.target)
 
-    for ordering in orderings_of(program, function):
-        if between(ordering.line, ordering.column) and holds(ordering):
-            return True
+    window = [o for o in orderings_of(program, function) if between(o.line, o.column)]
     for call, edges in program.calls_of(function.id):
         if between(call.line, call.column):
-            if any(holds(o) for o in call_orderings(program, function, call, edges)):
-                return True
-    return False
+            window.extend(call_orderings(program, function, call, edges))
+    window.sort(key=lambda o: (o.line, o.column))
+    return ordered_by(program, [in_frame(o) for o in window], earlier, later)
 
 
 def _exits_before(function: Function, line: int, target: int) -> bool:

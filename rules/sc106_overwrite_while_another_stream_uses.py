@@ -184,6 +184,12 @@ def _finding(program: Program, writer: Function, write: Access, found: list[tupl
         caller, callee = program.functions[edge.caller], program.functions[edge.callee]
         related.append(location(caller, edge.call.line, edge.call.column, ROLE_CALL, f"calls {callee.facts.qualname}"))
     waiter, waited = _code(write_ctx.stream), _code(earlier.stream)
+    extra = {"path": write.path, "writer_stream": display(write_ctx.stream) if write_ctx.stream else "",
+             "other_stream": display(earlier.stream) if earlier.stream else ""}
+    if _writable(waiter) and _writable(waited):  # for --fix: the wait, right before the write
+        extra["fix_edit"] = {"path": writer.file.path, "line": write.line, "column": write.column,
+                             "insert": f"{waiter}.wait_stream({waited})", "safe": True,
+                             "description": f"insert `{{statement}}` before the write at line {write.line}"}
     return Finding(
         rule=OverwriteWhileAnotherStreamUses.id,
         message=message,
@@ -193,9 +199,13 @@ def _finding(program: Program, writer: Function, write: Access, found: list[tupl
              f"{writer.file.path}:{write.line} (or record an event on `{waited}` after its use and wait on it)."),
         kind=kind,
         symbol=writer.facts.qualname,
-        extra={"path": write.path, "writer_stream": display(write_ctx.stream) if write_ctx.stream else "",
-               "other_stream": display(earlier.stream) if earlier.stream else ""},
+        extra=extra,
     )
+
+
+def _writable(code: str) -> bool:
+    """A stream expression that can be written into new code as it stands (a name or attribute chain)."""
+    return code == "torch.cuda.current_stream()" or code.replace(".", "_").isidentifier()
 
 
 def _code(stream: str) -> str:

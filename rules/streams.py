@@ -46,8 +46,14 @@ def stream_id(program: "Program", function: "Function", stream: "Region | str") 
     text = stream if isinstance(stream, str) else stream.stream
     aliases = function.facts.stream_aliases.get(text)
     if aliases:
-        named = [a for a in aliases if not names_current(a)]
-        text = named[0] if named else CURRENT_STREAM
+        named = list(dict.fromkeys(a for a in aliases if not names_current(a)))
+        if not named:
+            text = CURRENT_STREAM
+        elif len(named) > 1:
+            return UNKNOWN  # bound to different streams on different paths (`post_reduce_stream = ...` twice)
+        elif not named[0].endswith(")"):
+            text = named[0]  # `stream = self.reduction_stream`: the attribute is the stream
+        # else `side = torch.cuda.Stream()`: a new stream, which the local's name stands for
     if names_current(text):
         return CURRENT_STREAM
     if text == UNKNOWN or text.startswith("?"):
