@@ -9,6 +9,7 @@ is all the facts need; nothing here rewrites source.
 from __future__ import annotations
 
 import ast
+import sys
 
 from .facts import (
     MODULE_SCOPE, NO_REGION, Access, AttrFunction, Call, ClassFacts, FileFacts, FunctionFacts, ParseFailure, Region,
@@ -64,17 +65,63 @@ BLOCKING_HOST_METHODS = frozenset({"item", "tolist", "cpu", "numpy"})
 STORING_METHODS = frozenset({"append", "appendleft", "put", "put_nowait", "add", "insert"})
 
 
+# Deeply nested but valid code (`a + a + ... + a`, 400 terms) nests the visitor that deep: Python frames only.
+VISITOR_RECURSION_LIMIT = 20_000
+
+
 def extract(source: str, path: str, options: StaticOptions, detailed: bool) -> FileFacts:
-    try:
-        tree = ast.parse(source, filename=path)
-    except SyntaxError as exc:
-        raise ParseFailure(exc.msg or "invalid syntax", exc.lineno or 0, exc.offset or 0) from None
-    except (ValueError, TypeError) as exc:  # null bytes, bad encodings
-        raise ParseFailure(str(exc), 0, 0) from None
+    tree = _parse(source, path)
     module, is_package = module_name(path)
     facts = FileFacts(path=path, module=module, is_package=is_package, detailed=detailed)
-    _FactsVisitor(facts, source.splitlines(), options, detailed).run(tree)
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, VISITOR_RECURSION_LIMIT))
+    try:
+        _FactsVisitor(facts, source.splitlines(), options, detailed).run(tree)
+    finally:
+        sys.setrecursionlimit(limit)
     return facts
+
+
+def _parse(source: str, path: str) -> ast.Module:
+    try:
+        return ast.parse(source, filename=path)
+    except SyntaxError as exc:
+        failure = ParseFailure(exc.msg or "invalid syntax", exc.lineno or 0, exc.offset or 0)
+    except (ValueError, TypeError) as exc:  # null bytes, bad encodings
+        raise ParseFailure(str(exc), 0, 0) from None
+    lowered = lower_newer_syntax(source)
+    if lowered is None:
+        raise failure
+    try:
+        return ast.parse(lowered, filename=path)
+    except (SyntaxError, ValueError):
+        raise failure from None
+
+
+def lower_newer_syntax(source: str) -> str | None:
+    """Source in a grammar newer than this interpreter's (PEP 695 `def f[T]`, `class C[T]`, `type X = ...`), with
+    those forms written the old way on the same lines, so `ast` can read it; None when libcst cannot parse it
+    either (or is not installed): then the file is really broken."""
+    try:
+        import libcst
+    except ImportError:
+        return None
+    try:
+        module = libcst.parse_module(source)
+    except Exception:  # libcst's ParserSyntaxError, or a grammar it does not know
+        return None
+
+    class Lower(libcst.CSTTransformer):
+        def leave_FunctionDef(self, original, updated):
+            return updated.with_changes(type_parameters=None)
+
+        def leave_ClassDef(self, original, updated):
+            return updated.with_changes(type_parameters=None)
+
+        def leave_TypeAlias(self, original, updated):
+            return libcst.Assign(targets=[libcst.AssignTarget(updated.name)], value=updated.value)
+
+    return module.visit(Lower()).code
 
 
 def dotted(node: ast.AST) -> str:

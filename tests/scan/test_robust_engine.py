@@ -41,7 +41,6 @@ def test_d1_deep_call_chain_keeps_the_finding(tmp_path, capsys, monkeypatch, dep
     assert positions(doc) == [("SC101", "deep_chain.py", WRITE_LINE, 5)]
 
 
-@pytest.mark.xfail(strict=True, reason="engine rewrite")
 def test_d6_four_hundred_term_expression_is_parsed(tmp_path, capsys, monkeypatch):
     (tmp_path / "long_sum.py").write_text(RACY_G.format(call="") + "w = " + " + ".join(["a"] * 400) + "\n")
     monkeypatch.chdir(tmp_path)
