@@ -32,6 +32,8 @@ EXPECTED = {
     # SC106 hands over its own edit (extra["fix_edit"]): the writing stream waits for the other, before the write.
     "user_threads": ("            s2.wait_stream(s1)", "t1.fill_(2.0)", True),
     "views_offset": ("        s2.wait_stream(s1)", "buf[N - 1 : 2 * N].fill_(2.0)", True),
+    "overwrite_while_read": ("    torch.cuda.current_stream().wait_stream(side)", "staging.fill_(2.0)", True),
+    "wrong_wait": ("    side.wait_stream(torch.cuda.current_stream())", "with torch.cuda.stream(side):", True),
 }
 # Fixed twins the static rules still report (an engine false positive, the lead's to fix): only racy.py is fixed.
 FIXED_TWIN_REPORTED: set[str] = set()

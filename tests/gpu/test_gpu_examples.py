@@ -35,6 +35,8 @@ ONE_GPU = {
     "user_threads": ("SC201", "WAW"),
     "backward_hook_hpz": ("SC201", "RAW"),
     "hpz_race": ("SC201", "RAW"),
+    "overwrite_while_read": ("SC201", "WAR"),
+    "wrong_wait": ("SC201", "RAW"),
     "compiled_write": ("SC201", "RAW"),
     "graph_replay": ("SC201", "RAW"),
     "free_then_reuse": ("SC202", "FREE"),

@@ -1,0 +1,47 @@
+"""The examples/ pairs of the shapes the static engine added (issue 14), scanned from source: each racy script
+gives exactly its finding (rule, kind, line, the other access as related), its fixed twin none of any rule. The
+GPU tests run the same pairs under the runtime detector (tests/gpu/test_gpu_examples.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from streamcheck.rules.engine import analyze
+from streamcheck.rules.facts import extract_facts
+from streamcheck.rules.options import StaticOptions
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+# folder -> (rule, kind, marker of the primary location, marker of the related access)
+PAIRS = {
+    "wrong_wait": ("SC101", "RAW", "earlier", "race"),  # SC101 points at the write, the read is related
+    "overwrite_while_read": ("SC106", "WAR", "race", "earlier"),
+    "user_threads": ("SC106", "WAW", "race", "earlier"),
+    "views_offset": ("SC106", "WAW", "race", "earlier"),
+}
+
+
+def _findings(path: Path):
+    options = StaticOptions()
+    return analyze([extract_facts(path.read_text(), path.name, options)], options)
+
+
+def _marked(path: Path, marker: str) -> int:
+    [line] = [n for n, text in enumerate(path.read_text().splitlines(), 1) if f"# streamcheck: {marker}" in text]
+    return line
+
+
+@pytest.mark.parametrize("folder", sorted(PAIRS))
+def test_racy_gives_exactly_its_finding(folder):
+    rule, kind, primary, related = PAIRS[folder]
+    racy = EXAMPLES / folder / "racy.py"
+    [finding] = _findings(racy)
+    assert (finding.rule, finding.kind, finding.primary.line) == (rule, kind, _marked(racy, primary))
+    assert _marked(racy, related) == finding.related[0].line
+
+
+@pytest.mark.parametrize("folder", sorted(PAIRS))
+def test_fixed_twin_gives_nothing(folder):
+    assert _findings(EXAMPLES / folder / "fixed.py") == []
