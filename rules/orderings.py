@@ -169,6 +169,8 @@ def ordered_by(program: "Program", orderings: list[Ordering], earlier: str, late
     `warm` -> current (`current.wait_stream(warm)`), then current -> side (`side.wait_stream(current)`)."""
     after = {earlier}  # streams whose later work follows the earlier access
     for ordering in orderings:
+        if ordering.waiter == ordering.target:
+            continue  # a stream waiting for itself (`s.wait_stream(current_stream())` inside `with stream(s)`)
         if any(waits_for(program, ordering, stream) for stream in after):
             if reaches_all(ordering.waiter):
                 return True

@@ -18,17 +18,23 @@ MAX_READS_SHOWN = 3
 class CrossStreamConsumer(Rule):
     """
     What it does:
-        Finds a device write (`copy_`, another in-place method, `out=`) to a tensor that a different stream then
-        reads: a kernel or a collective launched inside `with torch.cuda.stream(s):` (or
-        `get_accelerator().stream(s)`), directly or through calls, when the write was enqueued on the current
-        stream, or the other way round. It reports it when no ordering lies between them on some path: no
-        `wait_stream` / `wait_event` on the consumer's stream before the read (orderings inside a branch that may
-        be skipped do not count), and no stream, event or device `synchronize()` (nor a blocking `.item()`) after
-        the write on the writer's side, before anything that could run the consumer (a call, `backward()`). An
-        event recorded after the write counts when some code waits on an event. Writes and reads are matched by
-        access path: the same `self.<attr>` within a class family, the same local variable (closures included),
-        or the same specific attribute name (`param.ds_secondary_tensor`); generic names like `.data`, `.grad`
-        and `.weight` never match by name alone.
+        Finds a device write (`copy_`, another in-place tensor method, `out=`, `torch.nn.init.*_`) to a tensor
+        that a different stream then reads: a kernel or a collective launched inside
+        `with torch.cuda.stream(s):` (or `get_accelerator().stream(s)`), directly or through calls, when the
+        write was enqueued on the current stream, or the other way round. It is a query over the static
+        happens-before engine: the two accesses are reported when no ordering on any path between them makes the
+        reading stream wait for the writing one. Orderings count with their targets: `r.wait_stream(w)` orders
+        r after w only, `r.wait_event(e)` after the streams `e` is recorded on, a synchronize of the writing
+        stream, event or device orders everything launched after it; waits compose (`a` after `w`, then `r`
+        after `a`). Inside `with torch.cuda.stream(s):` the current stream *is* s, so
+        `s.wait_stream(torch.cuda.current_stream())` there waits for nothing. When the write and the read are in
+        different functions, an ordering after the write (before any call that could run the read) or before
+        the read on its way (in the region, before the `with`, in the callers) counts; callees count with what
+        they always do, parameters bound to arguments. Writes and reads are matched by access path: the same
+        `self.<attr>` of the class that assigns it, the same local variable (closures included, and a helper's
+        parameter as its caller's argument), the same element of a container (`buf[i]` is not `buf[1 - i]`), or
+        the same specific attribute name (`param.ds_secondary_tensor`); generic names like `.data`, `.grad` and
+        `.weight` never match by name alone.
 
     Why it is bad:
         Streams run independently. A kernel (or NCCL collective, which waits only for the stream it was issued
@@ -56,16 +62,6 @@ class CrossStreamConsumer(Rule):
     summary = "tensor written on one stream is consumed on another stream without a wait or synchronize"
 
     VALID = [
-        # A wait before the read.
-        """
-import torch
-
-def run(x, y, s):
-    x.copy_(y)
-    with torch.cuda.stream(s):
-        s.wait_stream(torch.cuda.current_stream())
-        z = x * 2
-""",
         # The consumer stream waits before entering the region.
         """
 import torch
@@ -137,6 +133,16 @@ import torch
 def run(x, y, s):
     x.copy_(y)  # expect: SC101
     with torch.cuda.stream(s):
+        z = x * 2
+""",
+        # The wrong wait: inside the `with`, the current stream is `s` itself.
+        """
+import torch
+
+def run(x, y, s):
+    x.copy_(y)  # expect: SC101
+    with torch.cuda.stream(s):
+        s.wait_stream(torch.cuda.current_stream())
         z = x * 2
 """,
         # The hpZ shape: a closure stored on the parameter and called under the all-gather stream.
