@@ -82,7 +82,7 @@ class HazardCollector:
         self.not_data_writes = NOT_DATA_WRITES
         self.skip: set[int] = set()  # ids of nodes a parent has already accounted for
         self.bound_to: dict[int, str] = {}  # id(value expression) -> the path its result is bound or appended to
-        self.loop_vars: dict[int, dict[str, str]] = {}  # id(function facts) -> loop variable -> iterated path
+        self.loop_vars: dict[int, dict[str, tuple[str, ...]]] = {}  # id(function facts) -> loop var -> iterated paths
         self.handlers = {
             ast.Call: self._call, ast.Assign: self._assign, ast.AnnAssign: self._assign,
             ast.AugAssign: self._aug_assign, ast.Delete: self._delete, ast.Return: self._escape,
@@ -223,8 +223,9 @@ class HazardCollector:
             path = path or f"({method}@{node.lineno}:{node.col_offset + 1})"
             self.bound_to[id(receiver)] = path
         if method == "record_stream":
-            if path:
-                self._use(path, "record_stream", node, ast.unparse(node.args[0]) if node.args else "")
+            stream = ast.unparse(node.args[0]) if node.args else ""
+            for each in (path, *self.loop_vars.get(id(self.fn), {}).get(path, ())) if path else ():
+                self._use(each, "record_stream", node, stream)
             return
         if method == "wait":
             if isinstance(receiver, ast.Call) and isinstance(receiver.func, ast.Attribute) \
@@ -232,8 +233,7 @@ class HazardCollector:
                 path = self.access_path(receiver.func.value)  # `handles.pop().wait()`
             if path:
                 self._use(path, "wait", node)
-                iterated = self.loop_vars.get(id(self.fn), {}).get(path)
-                if iterated:
+                for iterated in self.loop_vars.get(id(self.fn), {}).get(path, ()):
                     self._use(iterated, "wait", node)
             return
         if method in STORING_METHODS:
@@ -310,8 +310,10 @@ class HazardCollector:
             aliased = self._mark(value.func.value)
             if aliased:
                 self._use(aliased, "escape", value)
-        else:  # `y = x`, `self.buf = x`, `y = x.view(-1)`, `d[k] = (a, b)`: aliased or stored, tracked no further
-            for elt in elements(value):
+        else:  # `y = x`, `self.buf = x`, `y = x.view(-1)`, `d[k] = (a, b)`, `{"k": x}`: stored, tracked no further
+            stored = [e for v in value.values if v is not None for e in elements(v)] if isinstance(
+                value, ast.Dict) else elements(value)
+            for elt in stored:
                 if isinstance(elt, (ast.Name, ast.Attribute, ast.Subscript)) or _is_view_call(elt, self.view_methods):
                     aliased = self._mark(elt)
                     if aliased:
@@ -361,7 +363,10 @@ class HazardCollector:
 
     def _loop(self, node: ast.For | ast.AsyncFor | ast.comprehension) -> None:
         if isinstance(node.target, ast.Name):
-            iterated = self.access_path(node.iter)
+            if isinstance(node.iter, (ast.Tuple, ast.List)):  # `for t in (x, mix, sqr): t.record_stream(s)`
+                iterated = tuple(p for p in map(self.access_path, node.iter.elts) if p)
+            else:
+                iterated = tuple(p for p in [self.access_path(node.iter)] if p)
             if iterated:
                 self.loop_vars.setdefault(id(self.fn), {})[node.target.id] = iterated
 
