@@ -50,7 +50,8 @@ FRESH_METHODS = frozenset({
 # With `async_op=True`, a callee whose name holds one of these is a collective (`dist_reduce_scatter_func`).
 COLLECTIVE_WORDS = ("all_gather", "allgather", "all_reduce", "allreduce", "reduce_scatter", "broadcast", "all_to_all")
 # Keyword arguments of collectives that are no tensors.
-NON_TENSOR_KEYWORDS = frozenset({"group", "async_op", "op", "src", "dst", "tag", "group_src", "group_dst"})
+NON_TENSOR_KEYWORDS = frozenset({"group", "async_op", "op", "src", "dst", "tag", "group_src", "group_dst",
+                                 "output_split_sizes", "input_split_sizes", "scatter_list_sizes"})
 
 
 def is_true(node: ast.AST | None) -> bool:
