@@ -12,12 +12,15 @@ from typing import Any
 
 
 def shadow_state_size(detector: Any) -> dict[str, int]:
-    """{storages, segments, accesses, actors, events, works, allocations, races, bytes} of `detector` now."""
+    """{storages, segments, accesses, actors, events, works, allocations, pending_frees, races, bytes} now."""
     size = sys.getsizeof
     total = size(detector.shadows)
     seen: set[int] = set()
     segments = 0
-    for shadow in list(detector.shadows.values()):
+    # freed blocks whose pool stream has not worked since keep their history until it does (detector.free)
+    pending = [free for frees in list(detector._pending_frees.values()) for free in list(frees)]
+    total += size(detector._pending_frees) + sum(size(free) + size(free.held) for free in pending)
+    for shadow in list(detector.shadows.values()) + [free.shadow for free in pending]:
         total += size(shadow) + size(shadow.starts) + size(shadow.ends) + size(shadow.cells)
         segments += len(shadow.cells)
         for cell in shadow.cells:
@@ -45,6 +48,7 @@ def shadow_state_size(detector: Any) -> dict[str, int]:
         "events": len(clocks.of_event),
         "works": len(clocks.of_work),
         "allocations": len(detector.allocations),
+        "pending_frees": len(pending),
         "races": len(detector.races),
         "bytes": total,
     }

@@ -141,3 +141,21 @@ def test_race_after_an_async_collective_asks_for_work_wait():
     assert finding.fix == ("call work.wait() on the handle of the c10d::allreduce_ launched at model.py:10 before "
                            "model.py:20, with cuda:0/s0 as the current stream (or make it wait for nccl:0/0, or "
                            "launch with async_op=False)")
+
+
+def test_pending_frees_are_bounded_per_pool_stream_and_counted_in_the_shadow_state_size():
+    from streamcheck.instrument import detector as detector_module
+    from streamcheck.instrument.memory import shadow_state_size
+
+    d = Detector()
+    for storage in range(detector_module.MAX_PENDING_FREES + 5):
+        d.alloc(storage, 8, S0)
+        d.kernel("T", S1, reads=[(storage, 0, 8)])
+        d.free("T", storage)  # S0 never works again: nothing can reuse the blocks, nothing is reported
+    assert d.races == [] and d.shadows == {}
+    size = shadow_state_size(d)
+    assert size["pending_frees"] == detector_module.MAX_PENDING_FREES and size["storages"] == 0
+    assert size["segments"] == detector_module.MAX_PENDING_FREES
+    d.kernel("T", S0, writes=[(10**6, 0, 8)])  # the pool stream's next work checks the kept ones, then drops them
+    assert len(d.races) == detector_module.MAX_PENDING_FREES
+    assert shadow_state_size(d)["pending_frees"] == 0
