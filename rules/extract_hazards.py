@@ -312,9 +312,7 @@ class HazardCollector:
             if aliased:
                 self._use(aliased, "escape", value)
         else:  # `y = x`, `self.buf = x`, `y = x.view(-1)`, `d[k] = (a, b)`, `{"k": x}`: stored, tracked no further
-            stored = [e for v in value.values if v is not None for e in elements(v)] if isinstance(
-                value, ast.Dict) else elements(value)
-            for elt in stored:
+            for elt in _stored(value):
                 if isinstance(elt, (ast.Name, ast.Attribute, ast.Subscript)) or _is_view_call(elt, self.view_methods):
                     aliased = self._mark(elt)
                     if aliased:
@@ -356,7 +354,7 @@ class HazardCollector:
     def _escape(self, node: ast.Return | ast.Yield | ast.YieldFrom) -> None:
         if node.value is None:
             return
-        for elt in elements(node.value):
+        for elt in _stored(node.value):
             if isinstance(elt, (ast.Name, ast.Attribute, ast.Subscript)):
                 path = self._mark(elt)
                 if path:
@@ -453,3 +451,10 @@ def _bound_values(value: ast.AST) -> list[ast.AST]:
     if isinstance(value, (ast.List, ast.Tuple)):
         return [v for elt in value.elts for v in _bound_values(elt)]
     return [value]
+
+
+def _stored(value: ast.AST) -> list[ast.AST]:
+    """The expressions a value holds when it is stored or returned: a display's elements, a dict's values."""
+    if isinstance(value, ast.Dict):
+        return [e for v in value.values if v is not None for e in elements(v)]
+    return elements(value)
