@@ -60,7 +60,10 @@ RUNTIME_RULES = {
     "SC202": _rule(
         "SC202", "tensor freed while another stream may still use it (missing record_stream)",
         "Reports a tensor released to the caching allocator while a stream other than its allocation stream\n"
-        "may still be using it: that stream used it and was neither given to record_stream nor waited for.",
+        "may still be using it: that stream used it and was neither given to record_stream nor waited for.\n"
+        "It is reported where the hazard gets real: at the allocation stream's next work (which may be handed\n"
+        "the block), with the free and the other stream's access as related locations. Free -> synchronize\n"
+        "(or a wait for the other stream) -> reuse is not reported.",
         "The caching allocator hands a freed block out again as soon as its allocation stream is done with it;\n"
         "work queued on other streams is not waited for, so it may read or write memory that now belongs to\n"
         "another tensor, whether or not the block was reused in this run.",
