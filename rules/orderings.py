@@ -89,6 +89,8 @@ def _ordering(program: "Program", function: "Function", sync: Sync) -> Ordering 
         if names_default(text):
             return CURRENT_STREAM
         sid = stream_id(program, function, text)
+        if sid == CURRENT_STREAM and text in function.facts.stream_aliases:
+            return CURRENT_STREAM  # `cur = current_stream()` was taken outside the region: the value it had then
         return here if sid == CURRENT_STREAM else sid
 
     if sync.kind == "wait_stream":

@@ -262,3 +262,23 @@ def test_super_looks_only_upwards():
                 return x + self.bias_shard
     """
     assert _lines({"m.py": source}) == []
+
+
+def test_the_current_stream_kept_in_a_local_before_the_region_is_the_outer_stream():
+    source = """
+        import torch
+
+        def to_device(host_batch, copy_stream):
+            current_stream = torch.cuda.current_stream()
+            staged = host_batch.to("cuda", non_blocking=True)
+            total = staged.sum()
+            with torch.cuda.stream(copy_stream):
+                copy_stream.wait_stream({waited})
+                staged.copy_(host_batch, non_blocking=True)
+            return staged, total
+    """
+    # Taken before the `with`, the local is the outer stream: the copy stream waits for it.
+    assert _lines({"m.py": source.replace("{waited}", "current_stream")}, {"SC106"}) == []
+    # Read inside the `with`, current_stream() is the copy stream itself: a wait for nothing.
+    racy = source.replace("{waited}", "torch.cuda.current_stream()")
+    assert _lines({"m.py": racy}, {"SC106"}) == [("SC106", "m.py", line_of(racy, "staged.copy_"))]
