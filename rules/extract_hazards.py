@@ -35,6 +35,8 @@ STORING_METHODS = frozenset({"append", "extend", "insert", "add", "appendleft", 
 FILLER_NAMES = frozenset({"readinto", "read_into", "copyto", "async_pread", "sync_pread", "pread", "read_tensor"})
 # Reads on the host whatever the tensor is (on a CUDA tensor they also block the host: a sync).
 HOST_METHODS = frozenset({"numpy", "tolist", "item"})
+# Builtins that wrap a tensor in views of its rows without reading them (`list(t)` holds t[0], t[1], ...).
+VIEW_BUILTINS = frozenset({"list", "tuple", "iter"})
 STORAGE_METHODS = frozenset({"storage", "untyped_storage", "_typed_storage"})
 
 FACTORIES = frozenset({
@@ -83,6 +85,7 @@ class HazardCollector:
         self.not_data_writes = NOT_DATA_WRITES
         self.skip: set[int] = set()  # ids of nodes a parent has already accounted for
         self.bound_to: dict[int, str] = {}  # id(value expression) -> the path its result is bound or appended to
+        self.escaping_calls: set[int] = set()  # id() of calls whose result is a view handed out (returned)
         self.loop_vars: dict[int, dict[str, tuple[str, ...]]] = {}  # id(function facts) -> loop var -> iterated paths
         self.handlers = {
             ast.Call: self._call, ast.Assign: self._assign, ast.AnnAssign: self._assign,
@@ -175,6 +178,9 @@ class HazardCollector:
         if last.lstrip("_")[:1].isupper():
             self._arguments(node, "escape")  # a constructor stores it (with its event, say): a hand-off, no read
             return
+        if id(node) in self.escaping_calls:
+            self._arguments(node, "escape")
+            return
         self._arguments(node, "write" if last in FILLER_NAMES else "read")
 
     def _is_collective(self, node: ast.Call, callee: str) -> bool:
@@ -250,7 +256,9 @@ class HazardCollector:
         if method in ("copy_", "to", "cpu", "cuda") and non_blocking:
             self._async_copy(node, method, path, keywords)
             return
-        if method in HOST_METHODS:
+        if id(node) in self.escaping_calls:
+            how = "escape"
+        elif method in HOST_METHODS:
             how = "host"
         elif method == "resize_":
             how = "free"
@@ -354,6 +362,11 @@ class HazardCollector:
     def _escape(self, node: ast.Return | ast.Yield | ast.YieldFrom) -> None:
         if node.value is None:
             return
+        for elt in _stored(node.value):  # `return t.numpy()`, `return list(t)`: views handed out, read later
+            if isinstance(elt, ast.Call) and (
+                    (isinstance(elt.func, ast.Attribute) and elt.func.attr == "numpy")
+                    or (isinstance(elt.func, ast.Name) and elt.func.id in VIEW_BUILTINS)):
+                self.escaping_calls.add(id(elt))
         for elt in _stored(node.value):
             if isinstance(elt, (ast.Name, ast.Attribute, ast.Subscript)):
                 path = self._mark(elt)

@@ -282,3 +282,16 @@ def test_the_current_stream_kept_in_a_local_before_the_region_is_the_outer_strea
     # Read inside the `with`, current_stream() is the copy stream itself: a wait for nothing.
     racy = source.replace("{waited}", "torch.cuda.current_stream()")
     assert _lines({"m.py": racy}, {"SC106"}) == [("SC106", "m.py", line_of(racy, "staged.copy_"))]
+
+
+def test_views_of_a_non_blocking_copy_handed_out_by_return_are_no_host_read():
+    source = """
+        import torch
+
+        def async_copy_to_np(x):
+            return {returned}
+    """
+    for returned in ('x.to("cpu", non_blocking=True).numpy()', 'list(x.to("cpu", non_blocking=True))'):
+        assert _lines({"m.py": source.replace("{returned}", returned)}, {"SC102"}) == [], returned
+    read = source.replace("{returned}", 'x.to("cpu", non_blocking=True).tolist()')
+    assert _lines({"m.py": read}, {"SC102"}) == [("SC102", "m.py", line_of(read, "tolist()"))]
