@@ -219,6 +219,11 @@ class HazardCollector:
             if path:
                 self._use(path, "free", node, f"{receiver.func.attr}().resize_", at_end=True)
             return
+        if method == "set_" and self.access_path(receiver):  # `tmp.set_(ref.untyped_storage(), ...)`: a view of
+            path = self._mark(receiver)                          # ref's storage from now on, not its own memory
+            self._use(path, "rebind", node, "set_", at_end=True)
+            self.fn.placements.append(Placement(path, "", node.lineno, False, self.v.region))
+            return
         if method in self.metadata_methods or method in self.view_methods or method == "synchronize":
             self._mark(receiver)
             return

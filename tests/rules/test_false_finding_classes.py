@@ -295,3 +295,20 @@ def test_views_of_a_non_blocking_copy_handed_out_by_return_are_no_host_read():
         assert _lines({"m.py": source.replace("{returned}", returned)}, {"SC102"}) == [], returned
     read = source.replace("{returned}", 'x.to("cpu", non_blocking=True).tolist()')
     assert _lines({"m.py": read}, {"SC102"}) == [("SC102", "m.py", line_of(read, "tolist()"))]
+
+
+def test_a_tensor_set_to_another_storage_is_covered_by_that_storage_record_stream():
+    source = """
+        import torch
+
+        def restore(hbm_ref, cpu_buf, h2d_stream):
+            tmp = torch.tensor([], dtype=hbm_ref.dtype, device=hbm_ref.device)
+            {alias}
+            with torch.cuda.stream(h2d_stream):
+                tmp.copy_(cpu_buf, non_blocking=True)
+            hbm_ref.record_stream(h2d_stream)
+    """
+    aliased = source.replace("{alias}", "tmp.set_(hbm_ref.untyped_storage(), 0, hbm_ref.shape, hbm_ref.stride())")
+    assert _lines({"m.py": aliased}, {"SC104"}) == []
+    own = source.replace("{alias}", "pass")  # its own memory: dropped at the end with no record_stream of its own
+    assert [rule for rule, _, _ in _lines({"m.py": own}, {"SC104"})] == ["SC104"]
