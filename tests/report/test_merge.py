@@ -91,7 +91,11 @@ def test_traces_are_kept_for_names_but_do_not_double_the_findings():
 def test_a_trace_alone_is_replayed_into_findings():
     report = merge([DATA / "hpz-trace-rank1.jsonl", DATA / "hpz-trace-rank0.jsonl"])
     assert [(f.rule, f.kind, f.primary.line, f.count, f.extra["ranks"]) for f in report.findings] == [
-        ("SC201", "RAW", 93, 4, [0, 1]), ("SC202", "FREE", 1494, 2, [0])]
+        ("SC201", "RAW", 93, 4, [0, 1]), ("SC202", "FREE", 93, 1, [0])]
+    # FREE is judged at the pool stream's next work: the first free's block may be reused by the next all-gather
+    # launched from that side stream (line 93); after the second free the trace gives that stream no more work.
+    free = report.findings[1]
+    assert [(loc.role, loc.line) for loc in free.related] == [("free", 1494), ("read", 88), ("sync", 88)]
     assert report.findings[0].extra["later_stack"][1] == f"{PP}:1217 in all_gather_coalesced"
 
 
