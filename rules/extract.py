@@ -16,7 +16,7 @@ from .facts import (
     Sync, module_name,
 )
 from .options import StaticOptions, matches_name
-from .torch_api import INIT_FUNCTIONS, TENSOR_INPLACE_METHODS, TENSOR_METHODS
+from .torch_api import INIT_FUNCTIONS, TENSOR_INPLACE_METHODS, TENSOR_METHODS, TORCH_FUNCTIONS
 
 # Methods that return a view of (or the same) storage: a write through them writes the base tensor.
 VIEW_METHODS = frozenset({
@@ -45,6 +45,18 @@ METADATA_ARG_METHODS = frozenset({"view_as", "expand_as", "reshape_as", "type_as
                                   "new_ones", "new_full", "new_tensor", "is_set_to", "size", "stride"})
 METADATA_ARG_FUNCTIONS = frozenset({"empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like",
                                     "randint_like", "is_tensor", "is_same_size"})
+
+# Tensor methods whose result is new memory written by a kernel on the current stream (a hidden producer).
+PRODUCING_METHODS = frozenset({
+    "to", "cuda", "cpu", "clone", "float", "half", "bfloat16", "double", "int", "long", "sum", "mean", "norm",
+    "abs", "sqrt", "mul", "add", "sub", "div", "pow", "exp", "softmax", "matmul", "mm", "bmm", "neg", "flatten",
+})
+# torch functions whose result is no data written on a stream: uninitialized memory, metadata, handles.
+NOT_PRODUCERS = frozenset({
+    "empty", "empty_like", "empty_strided", "tensor", "as_tensor", "from_numpy", "device", "Stream", "Event",
+    "is_tensor", "numel", "is_grad_enabled", "get_default_dtype", "Size", "dtype", "Generator", "frombuffer",
+    "zeros", "ones", "full", "arange", "rand", "randn", "randint", "linspace", "logspace", "eye", "randperm",
+}) | METADATA_ARG_FUNCTIONS
 
 # In-place-looking names that do not write tensor data.
 NOT_DATA_WRITES = frozenset({"requires_grad_", "share_memory_", "retain_grad_", "set_", "resize_", "apply_"})
@@ -459,11 +471,12 @@ class _FactsVisitor(ast.NodeVisitor):
             return "wait"
         return ""
 
-    def _access(self, kind: str, expr: ast.AST, line: int, col: int, op: str, collective: bool = False) -> None:
+    def _access(self, kind: str, expr: ast.AST, line: int, col: int, op: str, collective: bool = False,
+                at: tuple[int, int] | None = None) -> None:
         path = access_path(expr)
         if path is None:
             return
-        if isinstance(expr, ast.AST) and hasattr(expr, "lineno"):
+        if at is None and isinstance(expr, ast.AST) and hasattr(expr, "lineno"):
             line, col = expr.lineno, expr.col_offset + 1
         owner = self._owner(path) if "." not in path else ""
         self.fn.accesses.append(Access(kind, path, line, col, op, self.region, collective, owner, _index_of(expr)))
@@ -503,6 +516,29 @@ class _FactsVisitor(ast.NodeVisitor):
                     self.pending_attr_functions.append(
                         (target.attr, dotted(node.value), self._scope_name(), node.lineno))
         self.generic_visit(node)
+        if self.detailed and len(node.targets) == 1 and self._produces_tensor(node.value):
+            # `y = x.to(dev, non_blocking=True)`, `y = torch.cat(...)`: a new tensor written by a kernel on the
+            # stream current here (a hidden producer); taken as written where the statement ends.
+            target = node.targets[0]
+            end = (node.end_lineno or node.lineno, (node.end_col_offset or 0) + 1)
+            op = node.value.func.attr if isinstance(node.value.func, ast.Attribute) else dotted(node.value.func)
+            self._access("write", target, *end, op.rsplit(".", 1)[-1], at=end)
+
+    def _produces_tensor(self, value: ast.AST) -> bool:
+        if not isinstance(value, ast.Call) or not isinstance(value.func, (ast.Attribute, ast.Name)):
+            return False
+        callee = dotted(value.func)
+        last = callee.rsplit(".", 1)[-1]
+        if isinstance(value.func, ast.Attribute) and value.func.value is not None and not self._is_torch_function(
+                callee):
+            return last in PRODUCING_METHODS
+        head = callee.split(".", 1)[0]
+        if self.facts.imports.get(head) not in ("torch", "torch.nn.functional") or callee.count(".") > 1:
+            return False  # `torch.cat`, `F.linear`; not `torch.cuda.current_stream()`, `torch.distributed.x`
+        if not value.args or not isinstance(value.args[0], (ast.Name, ast.Attribute, ast.Subscript, ast.List,
+                                                              ast.Tuple, ast.ListComp)):
+            return False  # a factory (`torch.zeros(n)`): initialization, not a producer of data another stream awaits
+        return last in TORCH_FUNCTIONS and last not in NOT_PRODUCERS
 
     def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
         self._note_self_assigns([node.target])

@@ -126,7 +126,12 @@ def test_reads_in_regions_and_collectives(facts):
     reads = [(a.path, a.op, a.region, a.collective) for a in fetch.accesses if a.kind == "read"]
     assert ("p.ds_secondary_tensor", "to", 0, False) in reads
     assert ("self.gathered", "all_gather_into_tensor", 0, True) in reads
-    assert not any(path == "out" for path, *_ in reads)  # a local this function never writes
+    # `out = torch.cat(...)` is a new tensor written by `cat` on the region's stream (a hidden producer) ...
+    writes = [(a.path, a.op, a.region) for a in fetch.accesses if a.kind == "write"]
+    assert writes == [("out", "cat", 0)]
+    # ... so its reads are kept: by the collective in the region and by `.sum()` after it.
+    assert [(path, op, region) for path, op, region, _ in reads if path == "out"] == [
+        ("out", "all_gather_into_tensor", 0), ("out", "sum", -1)]
 
 
 def test_syncs_and_their_blocks(facts):

@@ -1,0 +1,47 @@
+"""Hidden producers (issue 14): an out-of-place result (`y = x.to(...)`, `torch.cat(...)`) is written by a kernel on
+the stream current where it is made; read on another stream, it needs the same edge as an in-place write."""
+
+from __future__ import annotations
+
+from static_helpers import findings_of, line_of
+
+PREFETCH = """
+    import torch
+
+    class Loader:
+        def next_batch(self, host_batch, model):
+            with torch.cuda.stream(self.copy_stream):
+                batch = host_batch.to("cuda", non_blocking=True)
+            {wait}
+            return model(batch)
+"""
+
+
+def test_a_batch_copied_on_the_copy_stream_and_used_on_the_current_one():
+    racy = PREFETCH.replace("{wait}", "pass")
+    [finding] = findings_of({"m.py": racy})
+    assert (finding.rule, finding.kind, finding.primary.line) == ("SC101", "RAW", line_of(racy, "batch = host"))
+    assert (finding.primary.note, finding.extra["writer_stream"], finding.extra["reader_stream"]) == (
+        "to in Loader.next_batch", "self.copy_stream", "")
+    assert finding.related[0].line == line_of(racy, "return model(batch)")
+
+
+def test_the_current_stream_waits_for_the_copy_stream():
+    waited = PREFETCH.replace("{wait}", "torch.cuda.current_stream().wait_stream(self.copy_stream)")
+    assert findings_of({"m.py": waited}) == []
+    # The wait in the other direction orders nothing for the read.
+    backwards = PREFETCH.replace("{wait}", "self.copy_stream.wait_stream(torch.cuda.current_stream())")
+    assert [f.rule for f in findings_of({"m.py": backwards})] == ["SC101"]
+
+
+def test_factories_are_initialization_not_producers():
+    source = """
+        import torch
+
+        def run(side, n):
+            buf = torch.zeros(n, device="cuda")
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                return buf * 2
+    """
+    assert findings_of({"m.py": source}, {"SC101"}) == []
