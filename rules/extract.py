@@ -51,6 +51,7 @@ PRODUCING_METHODS = frozenset({
     "to", "cuda", "cpu", "clone", "float", "half", "bfloat16", "double", "int", "long", "sum", "mean", "norm",
     "abs", "sqrt", "mul", "add", "sub", "div", "pow", "exp", "softmax", "matmul", "mm", "bmm", "neg", "flatten",
 })
+COPYING_METHODS = frozenset({"to", "cuda", "cpu"})
 # torch functions whose result is no data written on a stream: uninitialized memory, metadata, handles.
 NOT_PRODUCERS = frozenset({
     "empty", "empty_like", "empty_strided", "tensor", "as_tensor", "from_numpy", "device", "Stream", "Event",
@@ -531,6 +532,9 @@ class _FactsVisitor(ast.NodeVisitor):
         last = callee.rsplit(".", 1)[-1]
         if isinstance(value.func, ast.Attribute) and value.func.value is not None and not self._is_torch_function(
                 callee):
+            if last in COPYING_METHODS:  # a blocking copy orders the host with it; only an async one is left behind
+                return any(k.arg == "non_blocking" and isinstance(k.value, ast.Constant) and k.value.value is True
+                           for k in value.keywords)
             return last in PRODUCING_METHODS
         head = callee.split(".", 1)[0]
         if self.facts.imports.get(head) not in ("torch", "torch.nn.functional") or callee.count(".") > 1:
