@@ -13,10 +13,10 @@ Two accesses share a key when they
 
 from __future__ import annotations
 
+import ast
+
 from .facts import Access
 from .program import Function, Program
-
-AccessIndex = dict[tuple, list[tuple[Function, Access]]]
 
 
 def access_keys(program: Program, function: Function, access: Access) -> set[tuple]:
@@ -62,29 +62,23 @@ def _interval(index: str) -> tuple[int, int] | None:
 
 
 def _evaluate(text: str) -> int:
-    import ast
-
-    tree = ast.parse(text, mode="eval")
-    names = {n.id: 1_000_003 for n in ast.walk(tree) if isinstance(n, ast.Name)}
-    for node in ast.walk(tree):
-        if not isinstance(node, (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Constant, ast.Name, ast.Load,
-                                 ast.operator, ast.unaryop)):
-            raise ValueError(text)
-    value = eval(compile(tree, "<index>", "eval"), {"__builtins__": {}}, names)  # only + - * // of names
-    if not isinstance(value, int):
+    """A bound's value with every name set to one large size; only + - * // of ints and names (nothing is run)."""
+        def value(node: ast.AST) -> int:
+        if isinstance(node, ast.Constant) and type(node.value) is int and abs(node.value) < 1 << 31:
+            return node.value
+        if isinstance(node, (ast.Name, ast.Attribute)):
+            return 1_000_003
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -value(node.operand)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv)):
+            left, right = value(node.left), value(node.right)
+            if isinstance(node.op, ast.Add):
+                return left + right
+            if isinstance(node.op, ast.Sub):
+                return left - right
+            if isinstance(node.op, ast.Mult):
+                return left * right
+            return left // right
         raise ValueError(text)
-    return value
 
-
-def accesses_by_key(program: Program, kind: str) -> AccessIndex:
-    """All accesses of one kind ("read" / "write") under each of their keys (built once per program), those the
-    functions make through their callees' parameters included (summaries.bound_accesses)."""
-    def build() -> AccessIndex:
-        index: AccessIndex = {}
-        for function, access in program.all_accesses():
-            if access.kind == kind:
-                for key in access_keys(program, function, access):
-                    index.setdefault(key, []).append((function, access))
-        return index
-
-    return program.memo(f"aliasing.{kind}", build)
+    return value(ast.parse(text, mode="eval").body)

@@ -25,7 +25,7 @@ from .summaries import bound_accesses, performed
 # a parameter, as in hpZ); chains of guesses wander into unrelated code (`self.param_queue.put` -> `Engine.put`).
 GUESSES_PER_CHAIN = 1
 
-__all__ = ["CURRENT_STREAM", "ORDERING_SYNCS", "Edge", "Function", "Program"]
+__all__ = ["CURRENT_STREAM", "Edge", "Function", "Program"]
 
 
 class Program(CallGraph):
@@ -174,6 +174,3 @@ class Program(CallGraph):
             for access in self.accesses_in(function):
                 yield function, access
 
-
-# Syncs that order later work after earlier work (record and record_stream alone do not).
-ORDERING_SYNCS = frozenset({"wait_stream", "wait_event", "synchronize", "host_sync"})

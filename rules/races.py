@@ -69,11 +69,6 @@ def contexts(program: "Program", function: Function, access: Access) -> list[Con
     return found
 
 
-def same_body(first: Context, second: Context) -> bool:
-    """Both directly in one function body, so their program order is the source order."""
-    return first.function is second.function and not first.chain and not second.chain
-
-
 def ordered_between(program: "Program", function: Function, after: Position, before: Position, earlier: str,
                     later: str, frame: str = CURRENT_STREAM) -> bool:
     """An ordering in `function` strictly between two positions (on any path) that makes work of stream
