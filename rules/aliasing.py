@@ -63,7 +63,8 @@ def _interval(index: str) -> tuple[int, int] | None:
 
 def _evaluate(text: str) -> int:
     """A bound's value with every name set to one large size; only + - * // of ints and names (nothing is run)."""
-        def value(node: ast.AST) -> int:
+
+    def value(node: ast.AST) -> int:
         if isinstance(node, ast.Constant) and type(node.value) is int and abs(node.value) < 1 << 31:
             return node.value
         if isinstance(node, (ast.Name, ast.Attribute)):
