@@ -473,14 +473,15 @@ class _FactsVisitor(ast.NodeVisitor):
         return ""
 
     def _access(self, kind: str, expr: ast.AST, line: int, col: int, op: str, collective: bool = False,
-                at: tuple[int, int] | None = None) -> None:
+                at: tuple[int, int] | None = None, fresh: bool = False) -> None:
         path = access_path(expr)
         if path is None:
             return
         if at is None and isinstance(expr, ast.AST) and hasattr(expr, "lineno"):
             line, col = expr.lineno, expr.col_offset + 1
         owner = self._owner(path) if "." not in path else ""
-        self.fn.accesses.append(Access(kind, path, line, col, op, self.region, collective, owner, _index_of(expr)))
+        self.fn.accesses.append(
+            Access(kind, path, line, col, op, self.region, collective, owner, _index_of(expr), fresh))
         self._keep_line(line)
 
     def _owner(self, name: str) -> str:
@@ -523,7 +524,7 @@ class _FactsVisitor(ast.NodeVisitor):
             target = node.targets[0]
             end = (node.end_lineno or node.lineno, (node.end_col_offset or 0) + 1)
             op = node.value.func.attr if isinstance(node.value.func, ast.Attribute) else dotted(node.value.func)
-            self._access("write", target, *end, op.rsplit(".", 1)[-1], at=end)
+            self._access("write", target, *end, op.rsplit(".", 1)[-1], at=end, fresh=True)
 
     def _produces_tensor(self, value: ast.AST) -> bool:
         if not isinstance(value, ast.Call) or not isinstance(value.func, (ast.Attribute, ast.Name)):

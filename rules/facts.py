@@ -71,6 +71,9 @@ class Access:
     # The text of a last subscript that picks one element (`buf[1 - cur]` -> "1 - cur"); "" for the whole path.
     # Accesses with different index texts are taken as different tensors (double buffers).
     index: str = ""
+    # A new tensor bound to the path (`y = x.to(...)`), written by its producing kernel: not a write into what the
+    # path held before, so a caller's argument is not written when a helper rebinds its parameter this way.
+    fresh: bool = False
 
 
 @dataclass(frozen=True)

@@ -149,7 +149,7 @@ def _calls_a_value(function: "Function", call: Call) -> bool:
 
 def _own_param_accesses(program: "Program", function: "Function") -> set[Access]:
     params = set(function.facts.params) - {"self", "cls"}
-    return {a for a in function.facts.accesses if a.path.split(".", 1)[0] in params and not a.owner}
+    return {a for a in function.facts.accesses if a.path.split(".", 1)[0] in params and not a.owner and not a.fresh}
 
 
 def _call_param_accesses(program: "Program", function: "Function", call: Call, edge: "Edge", callee_value) -> set:

@@ -45,3 +45,22 @@ def test_factories_are_initialization_not_producers():
                 return buf * 2
     """
     assert findings_of({"m.py": source}, {"SC101"}) == []
+
+
+def test_a_helper_rebinding_its_parameter_does_not_write_the_callers_tensor():
+    source = """
+        import torch
+
+        def cast(mesh, dtype):
+            mesh = torch.cat([mesh, mesh])
+            return mesh
+
+        class Model:
+            def shard(self):
+                return cast(self.mesh, torch.float16)
+
+            def fetch(self, side):
+                with torch.cuda.stream(side):
+                    return self.mesh * 2
+    """
+    assert findings_of({"m.py": source}) == []
