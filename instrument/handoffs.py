@@ -25,6 +25,7 @@ from typing import Any, Callable
 from .recorder import Recorder
 
 _MASK = (1 << 62) - 1
+OWN_THREAD_PREFIX = "streamcheck-"  # threads streamcheck starts are named so (trace.py's flusher)
 
 
 def _key(*parts: Any) -> int:
@@ -34,13 +35,20 @@ def _key(*parts: Any) -> int:
 def install_handoffs(rec: Recorder, patch: Callable[[Any, str, Any], None]) -> None:
     """Wrap the handoff points; `patch(owner, name, replacement)` remembers the original for uninstall."""
 
+    active = threading._active  # ident -> Thread; not current_thread(): a thread still starting (its
+    # _started.set() runs before it is registered) would get a dummy Thread made, whose own Event we wrap too
+
+    def ours() -> bool:  # streamcheck's own threads (the trace flusher) order nothing of the program's
+        thread = active.get(threading.get_ident())
+        return thread is not None and thread.name.startswith(OWN_THREAD_PREFIX)
+
     def release(key: int) -> None:
-        if rec.active:
+        if rec.active and not ours():
             thread = rec.thread_actor()
             rec.emit("event_record", thread, key, thread)
 
     def acquire(key: int, destroy: bool = False) -> None:
-        if rec.active:
+        if rec.active and not ours():
             rec.emit("sync_event", rec.thread_actor(), key)
             if destroy:
                 rec.emit("event_destroy", key)

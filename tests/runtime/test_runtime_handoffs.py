@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from streamcheck.instrument import handoffs
 from streamcheck.instrument.detector import Detector
 from streamcheck.instrument.recorder import Recorder
 from streamcheck.instrument.threads import ThreadHooks
@@ -128,3 +129,18 @@ def test_uninstall_restores_the_originals():
     hooks.uninstall()
     assert (queue.Queue.put, queue.Queue.get, threading.Event.set, threading.Condition.wait,
             threading.Barrier.wait) == original
+
+
+def test_streamcheck_own_threads_handoffs_are_not_events(rec):
+    handoff = queue.Queue()
+    done = threading.Event()
+
+    def flusher_like():
+        handoff.put(1)
+        done.wait(0.01)
+
+    worker = threading.Thread(target=flusher_like, name="streamcheck-trace-flush")
+    worker.start()
+    worker.join()
+    assert handoffs._key(handoff, 1) not in rec.sink.clocks.of_event  # its put recorded nothing
+    assert handoff.get() == 1
