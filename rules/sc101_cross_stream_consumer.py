@@ -8,9 +8,10 @@ from streamcheck.findings import ROLE_CALL, ROLE_READ, ROLE_STREAM_CONTEXT, ROLE
 
 from .facts import Access
 from .program import Function, Program
-from .races import Context, contexts, matching, unordered
+from .orderings import COMM, orderings_of
+from .races import Context, contexts, matching, ordered_before, unordered
 from .rule import Rule, location
-from .streams import CURRENT_STREAM, display, stream_words
+from .streams import CURRENT_STREAM, UNKNOWN, display, stream_words
 
 MAX_READS_SHOWN = 3
 
@@ -34,7 +35,11 @@ class CrossStreamConsumer(Rule):
         `self.<attr>` of the class that assigns it, the same local variable (closures included, and a helper's
         parameter as its caller's argument), the same element of a container (`buf[i]` is not `buf[1 - i]`), or
         the same specific attribute name (`param.ds_secondary_tensor`); generic names like `.data`, `.grad` and
-        `.weight` never match by name alone.
+        `.weight` never match by name alone. Hidden producers count as writes: an out-of-place result
+        (`y = x.to(dev, non_blocking=True)`, `torch.cat(...)`) is written where it is made, and a gradient
+        (`p.grad`, `p.main_grad`) by the backward pass on the current stream, so a side stream reading it must
+        wait for the current stream first (a `work.wait()` / `fut.wait()` before the read, as in a DDP comm hook,
+        counts: the gradient came through the collective).
 
     Why it is bad:
         Streams run independently. A kernel (or NCCL collective, which waits only for the stream it was issued
@@ -191,6 +196,66 @@ class Prefetcher:
                             races.setdefault((write_ctx.stream, read_ctx.stream), []).append((write_ctx, read_ctx))
             if races:
                 yield _finding(program, writer, write, races)
+        yield from _gradient_reads(program)
+
+
+# Attributes that autograd writes (on the stream current when backward ran) before hooks and optimizers read them.
+AUTOGRAD_OUTPUTS = frozenset({"grad", "main_grad"})
+
+
+def _gradient_reads(program: Program) -> Iterable[Finding]:
+    """Hidden producer: a gradient is written by the backward pass on the current stream; read on a side stream
+    it needs the side stream to wait for the current one first (on the reader's way: before the read, the `with`,
+    or the call that reaches it)."""
+    for reader, read in program.all_accesses():
+        if read.kind != "read" or read.path.rsplit(".", 1)[-1] not in AUTOGRAD_OUTPUTS or "." not in read.path:
+            continue
+        for ctx in contexts(program, reader, read):
+            if ctx.stream in (CURRENT_STREAM, UNKNOWN) or not all(edge.exact for edge in ctx.chain):
+                continue  # no producer site to pair with: only a chain the call graph is sure of
+            if ordered_before(program, ctx, CURRENT_STREAM):
+                continue
+            if _collective_waited_before(program, reader, read):
+                continue  # `fut.wait()` first (a DDP comm hook): the gradients came through a collective that
+                # was launched after the backward wrote them
+            if any(w.kind == "write" and w.path == read.path and w.region == read.region
+                   and (w.line, w.column) < (read.line, read.column) for w in reader.facts.accesses):
+                continue  # produced again on this stream first
+            yield _gradient_finding(program, reader, read, ctx)
+            break
+
+
+def _collective_waited_before(program: Program, reader: Function, read: Access) -> bool:
+    return any(o.target == COMM and (o.line, o.column) < (read.line, read.column)
+               for o in orderings_of(program, reader))
+
+
+def _gradient_finding(program: Program, reader: Function, read: Access, ctx: Context) -> Finding:
+    related = []
+    if ctx.region_fn is not None:
+        region = ctx.region_fn.facts.regions[ctx.region]
+        related.append(location(ctx.region_fn, region.line, region.column, ROLE_STREAM_CONTEXT,
+                                f"switches to {stream_words(ctx.stream)}"))
+    for edge in ctx.chain:
+        caller, callee = program.functions[edge.caller], program.functions[edge.callee]
+        related.append(location(caller, edge.call.line, edge.call.column, ROLE_CALL, f"calls {callee.facts.qualname}"))
+    reader_code = _stream_code(ctx.stream)
+    where = (f"before the `with` at {ctx.region_fn.file.path}:{ctx.region_fn.facts.regions[ctx.region].line}"
+             if ctx.region_fn is not None else f"before the read at {reader.file.path}:{read.line}")
+    return Finding(
+        rule=CrossStreamConsumer.id,
+        message=(f"`{read.path}` is written by autograd (the backward pass) on the current stream and read by "
+                 f"`{read.op}` in `{reader.facts.qualname}` on {stream_words(ctx.stream)} with no wait between "
+                 f"them"),
+        primary=location(reader, read.line, read.column, ROLE_READ, f"{read.op} in {reader.facts.qualname}"),
+        related=tuple(related),
+        fix=(f"Make `{reader_code}` wait for the current stream before the read: "
+             f"`{reader_code}.wait_stream(torch.cuda.current_stream())` {where}."),
+        kind="RAW",
+        symbol=reader.facts.qualname,
+        extra={"path": read.path, "writer_stream": "", "reader_stream": display(ctx.stream),
+               "consumer": "collective" if read.collective else "device op", "producer": "autograd"},
+    )
 
 
 def _finding(program: Program, writer: Function, write: Access,

@@ -2,9 +2,10 @@
 0.13.4 package (rule, file, line), so any change in precision shows up in review, and the same scan of the installed
 torch's `torch/distributed/fsdp` (correct stream code: no finding).
 
-The judgement of each finding is in the closing note of issue 4; in short: the five SC101 findings are the hpZ
-race and its `ds_tensor` siblings, and the SC104 finding releases `param.grad` inside the copy stream's region with
-no record_stream (a real hazard, in a method 0.13.4 never calls).
+The judgement of each finding is in the closing notes of issues 4 and 13; in short: four SC101 findings are the hpZ
+race and its `ds_tensor` siblings, the fifth reads `param.grad` (written by autograd on the current stream) on the
+copy stream with no wait, and the SC104 finding releases that `param.grad` inside the copy stream's region with no
+record_stream (real hazards, in a method 0.13.4 never calls).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ EXPECTED_0_13_4 = [
     ("SC101", PARTITION, 1580),
     ("SC101", PARTITION, 1643),
     ("SC101", PARTITION, 1649),
+    ("SC101", STAGE3, 1384),
     ("SC104", STAGE3, 1387),
 ]
 
@@ -41,6 +43,9 @@ def _scan(capsys, monkeypatch, root: Path, target: str) -> list[dict]:
 def test_every_finding_of_every_rule_on_deepspeed_0_13_4(sdist, capsys, monkeypatch):
     findings = _scan(capsys, monkeypatch, sdist("deepspeed", "0.13.4"), "deepspeed")
     assert [(f["rule"], f["primary"]["path"], f["primary"]["line"]) for f in findings] == EXPECTED_0_13_4
+    [gradient] = [f for f in findings if f["extra"].get("producer") == "autograd"]
+    assert (gradient["symbol"], gradient["extra"]["reader_stream"]) == (
+        "DeepSpeedZeroOptimizer_Stage3.async_inplace_copy_grad_to_fp32_buffer_from_gpu", "self.copy_grad_stream")
     [free] = [f for f in findings if f["rule"] == "SC104"]
     assert (free["symbol"], free["kind"], free["primary"]["snippet"]) == (
         "DeepSpeedZeroOptimizer_Stage3.async_inplace_copy_grad_to_fp32_buffer_from_gpu", "FREE", "param.grad = None")

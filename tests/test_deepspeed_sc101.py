@@ -31,6 +31,9 @@ EXPECTED_0_13_4 = [
     (PARTITION, 1580, "param.ds_tensor"),
     (PARTITION, 1643, "param.ds_secondary_tensor"),
     (PARTITION, 1649, "param.ds_secondary_tensor"),
+    # The gradient autograd wrote on the current stream, read on copy_grad_stream with no wait (the method the
+    # SC104 finding of test_deepspeed_all_rules.py also points into).
+    ("deepspeed/runtime/zero/stage3.py", 1384, "param.grad"),
 ]
 
 
@@ -80,4 +83,5 @@ def test_no_secondary_tensor_finding_in_0_13_5(findings_0_13_5):
     assert [(f.primary.path, f.extra["path"]) for f in findings_0_13_5] == [
         (PARTITION, "param.ds_tensor"),
         (PARTITION, "param.ds_tensor"),
+        ("deepspeed/runtime/zero/stage3.py", "param.grad"),
     ]

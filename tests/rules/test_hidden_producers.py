@@ -64,3 +64,24 @@ def test_a_helper_rebinding_its_parameter_does_not_write_the_callers_tensor():
                     return self.mesh * 2
     """
     assert findings_of({"m.py": source}) == []
+
+
+GRADIENTS = """
+    import torch
+
+    class Reducer:
+        def add_grad_to_bucket(self, param):
+            {wait}
+            with torch.cuda.stream(self.reduce_stream):
+                self.bucket.narrow(0, 0, param.numel()).copy_(param.grad.view(-1))
+"""
+
+
+def test_a_gradient_read_on_a_side_stream_before_waiting_for_the_backward():
+    racy = GRADIENTS.replace("{wait}", "pass")
+    [finding] = findings_of({"m.py": racy})
+    assert (finding.rule, finding.kind, finding.primary.line) == ("SC101", "RAW", line_of(racy, "param.grad.view"))
+    assert (finding.extra["path"], finding.extra["producer"], finding.extra["reader_stream"]) == (
+        "param.grad", "autograd", "self.reduce_stream")
+    waited = GRADIENTS.replace("{wait}", "self.reduce_stream.wait_stream(torch.cuda.current_stream())")
+    assert findings_of({"m.py": waited}) == []
