@@ -85,6 +85,7 @@ class CallGraph:
         self._visible_memo: dict[str, set[str]] = {}
         self._attr_functions: dict[str, list[str]] = {}
         self._owner_memo: dict[tuple[str, str, str], str] = {}
+        self._bases_memo: dict[tuple[str, str], list[tuple[str, str]]] = {}
         self._assigned_memo: dict[tuple[str, str], set[str]] = {}
         self._index()
         self.graph = nx.MultiDiGraph()
@@ -223,6 +224,8 @@ class CallGraph:
 
     def _bases(self, cls: tuple[str, str]) -> list[tuple[str, str]]:
         """The known bases of a class, nearest first (not the class itself)."""
+        if cls in self._bases_memo:
+            return self._bases_memo[cls]
         order, seen = [], {cls}
         up = deque([cls])
         while up:
@@ -233,22 +236,15 @@ class CallGraph:
                         seen.add(resolved)
                         order.append(resolved)
                         up.append(resolved)
+        self._bases_memo[cls] = order
         return order
 
     def _family(self, cls: tuple[str, str]) -> list[tuple[str, str]]:
         """The class, its known bases (upwards) and its known subclasses (downwards)."""
         if cls in self._family_memo:
             return self._family_memo[cls]
-        seen, order = {cls}, [cls]
-        up = deque([cls])
-        while up:
-            current = up.popleft()
-            for base in self._classes.get(current, ()):
-                for resolved in self._resolve_class(self._file(current[0]), base):
-                    if resolved not in seen:
-                        seen.add(resolved)
-                        order.append(resolved)
-                        up.append(resolved)
+        order = [cls, *self._bases(cls)]
+        seen = set(order)
         down = deque([cls])
         while down:
             for sub in self._subclasses.get(down.popleft(), ()):
@@ -285,14 +281,7 @@ class CallGraph:
             return ""
         key = (path, cls, attr)
         if key not in self._owner_memo:
-            chain = [(path, cls)]
-            seen = set(chain)
-            for current in chain:  # grows while walking: breadth first up the bases
-                for base in self._classes.get(current, ()):
-                    for resolved in self._resolve_class(self._file(current[0]), base):
-                        if resolved not in seen:
-                            seen.add(resolved)
-                            chain.append(resolved)
+            chain = [(path, cls), *self._bases((path, cls))]
             owners = [c for c in chain if attr in self._assigned_attrs(c)]
             self._owner_memo[key] = f"{owners[-1][0]}::{owners[-1][1]}" if owners else self.family_root(path, cls)
         return self._owner_memo[key]
