@@ -11,10 +11,11 @@ import inspect
 import re
 from typing import TYPE_CHECKING, ClassVar, Iterable
 
-from streamcheck.findings import Finding, Location
+from streamcheck.findings import ROLE_CALL, ROLE_STREAM_CONTEXT, Finding, Location
 
 if TYPE_CHECKING:
     from .program import Function, Program
+    from .races import Context
 
 
 class Rule:
@@ -42,3 +43,19 @@ def location(function: "Function", line: int, column: int, role: str, note: str 
     """A Location in `function`'s file with the stripped source line as snippet."""
     return Location(
         path=function.file.path, line=line, column=column, role=role, note=note, snippet=function.file.snippet(line))
+
+
+def way_of(program: "Program", region_of: "Context", chain_of: "Context") -> list[Location]:
+    """How an access got onto its stream, for a finding's related locations: the `with` that switched to it
+    (`region_of`'s region, if any), then each call of `chain_of`'s chain."""
+    from .streams import stream_words
+
+    found = []
+    if region_of.region_fn is not None:
+        region = region_of.region_fn.facts.regions[region_of.region]
+        found.append(location(region_of.region_fn, region.line, region.column, ROLE_STREAM_CONTEXT,
+                              f"switches to {stream_words(region_of.stream)}"))
+    for edge in chain_of.chain:
+        caller, callee = program.functions[edge.caller], program.functions[edge.callee]
+        found.append(location(caller, edge.call.line, edge.call.column, ROLE_CALL, f"calls {callee.facts.qualname}"))
+    return found

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from streamcheck.findings import ROLE_CALL, ROLE_READ, ROLE_STREAM_CONTEXT, ROLE_WRITE, Finding
+from streamcheck.findings import ROLE_READ, ROLE_WRITE, Finding
 
 from .facts import Access
-from .program import Function, Program
 from .orderings import COMM, orderings_of
+from .program import Function, Program
 from .races import Context, contexts, matching, ordered_before, unordered
-from .rule import Rule, location
-from .streams import CURRENT_STREAM, UNKNOWN, display, stream_words
+from .rule import Rule, location, way_of
+from .streams import CURRENT_STREAM, UNKNOWN, as_code, display, stream_words
 
 MAX_READS_SHOWN = 3
 
@@ -231,15 +231,8 @@ def _collective_waited_before(program: Program, reader: Function, read: Access) 
 
 
 def _gradient_finding(program: Program, reader: Function, read: Access, ctx: Context) -> Finding:
-    related = []
-    if ctx.region_fn is not None:
-        region = ctx.region_fn.facts.regions[ctx.region]
-        related.append(location(ctx.region_fn, region.line, region.column, ROLE_STREAM_CONTEXT,
-                                f"switches to {stream_words(ctx.stream)}"))
-    for edge in ctx.chain:
-        caller, callee = program.functions[edge.caller], program.functions[edge.callee]
-        related.append(location(caller, edge.call.line, edge.call.column, ROLE_CALL, f"calls {callee.facts.qualname}"))
-    reader_code = _stream_code(ctx.stream)
+    related = way_of(program, ctx, ctx)
+    reader_code = as_code(ctx.stream)
     where = (f"before the `with` at {ctx.region_fn.file.path}:{ctx.region_fn.facts.regions[ctx.region].line}"
              if ctx.region_fn is not None else f"before the read at {reader.file.path}:{read.line}")
     return Finding(
@@ -278,16 +271,7 @@ def _finding(program: Program, writer: Function, write: Access,
             shown.append(key)
             related.append(location(read_ctx.function, read_ctx.access.line, read_ctx.access.column, ROLE_READ,
                                     f"{read_ctx.access.op} in {read_ctx.function.facts.qualname}"))
-    region_ctx = first if first.region_fn is not None else write_ctx
-    if region_ctx.region_fn is not None:
-        region = region_ctx.region_fn.facts.regions[region_ctx.region]
-        related.append(location(region_ctx.region_fn, region.line, region.column, ROLE_STREAM_CONTEXT,
-                                f"switches to {stream_words(region_ctx.stream)}"))
-    for edge in first.chain:
-        caller = program.functions[edge.caller]
-        callee = program.functions[edge.callee]
-        related.append(location(caller, edge.call.line, edge.call.column, ROLE_CALL,
-                                f"calls {callee.facts.qualname}"))
+    related += way_of(program, first if first.region_fn is not None else write_ctx, first)
     return Finding(
         rule=CrossStreamConsumer.id,
         message=message,
@@ -306,8 +290,8 @@ def _finding(program: Program, writer: Function, write: Access,
 
 
 def _fix(program: Program, write_ctx: Context, read_ctx: Context, writer_stream: str, reader_stream: str) -> str:
-    reader = _stream_code(reader_stream)
-    writer = _stream_code(writer_stream)
+    reader = as_code(reader_stream)
+    writer = as_code(writer_stream)
     if read_ctx.region_fn is not None and reader_stream != CURRENT_STREAM:
         region = read_ctx.region_fn.facts.regions[read_ctx.region]
         where = f"before the `with` at {read_ctx.region_fn.file.path}:{region.line}"
@@ -316,6 +300,3 @@ def _fix(program: Program, write_ctx: Context, read_ctx: Context, writer_stream:
     return (f"Make `{reader}` wait for the writing stream before the read: `{reader}.wait_stream({writer})` "
             f"{where} (or record an event after the write and wait on it there).")
 
-
-def _stream_code(stream: str) -> str:
-    return "torch.cuda.current_stream()" if stream == CURRENT_STREAM else display(stream)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from streamcheck.findings import ROLE_CALL, ROLE_READ, ROLE_STREAM_CONTEXT, ROLE_WRITE, Finding
+from streamcheck.findings import ROLE_READ, ROLE_WRITE, Finding
 
 from .facts import NO_REGION, Access
 from .program import Function, Program
 from .races import Context, contexts, matching, same_anchor, unordered
-from .rule import Rule, location
-from .streams import CURRENT_STREAM, display, stream_words
+from .rule import Rule, location, way_of
+from .streams import as_code, display, stream_words
 
 
 class OverwriteWhileAnotherStreamUses(Rule):
@@ -175,15 +175,8 @@ def _finding(program: Program, writer: Function, write: Access, found: list[tupl
         f"no wait between them")
     related = [location(earlier.function, earlier.access.line, earlier.access.column,
                         ROLE_READ if kind == "WAR" else ROLE_WRITE, f"{op} in {earlier.function.facts.qualname}")]
-    region_ctx = earlier if earlier.region_fn is not None else write_ctx
-    if region_ctx.region_fn is not None:
-        region = region_ctx.region_fn.facts.regions[region_ctx.region]
-        related.append(location(region_ctx.region_fn, region.line, region.column, ROLE_STREAM_CONTEXT,
-                                f"switches to {stream_words(region_ctx.stream)}"))
-    for edge in earlier.chain:
-        caller, callee = program.functions[edge.caller], program.functions[edge.callee]
-        related.append(location(caller, edge.call.line, edge.call.column, ROLE_CALL, f"calls {callee.facts.qualname}"))
-    waiter, waited = _code(write_ctx.stream), _code(earlier.stream)
+    related += way_of(program, earlier if earlier.region_fn is not None else write_ctx, earlier)
+    waiter, waited = as_code(write_ctx.stream), as_code(earlier.stream)
     extra = {"path": write.path, "writer_stream": display(write_ctx.stream) if write_ctx.stream else "",
              "other_stream": display(earlier.stream) if earlier.stream else ""}
     if _writable(waiter) and _writable(waited):  # for --fix: the wait, right before the write
@@ -207,6 +200,3 @@ def _writable(code: str) -> bool:
     """A stream expression that can be written into new code as it stands (a name or attribute chain)."""
     return code == "torch.cuda.current_stream()" or code.replace(".", "_").isidentifier()
 
-
-def _code(stream: str) -> str:
-    return "torch.cuda.current_stream()" if stream == CURRENT_STREAM else display(stream)

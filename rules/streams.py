@@ -79,3 +79,8 @@ def display(stream: str) -> str:
     if stream.startswith(PARAM):
         return stream[len(PARAM):]
     return stream.split("@", 1)[0] if stream else "torch.cuda.current_stream()"
+
+
+def as_code(stream: str) -> str:
+    """A stream id as an expression for a fix (`torch.cuda.current_stream()` for the current stream)."""
+    return "torch.cuda.current_stream()" if stream == CURRENT_STREAM else display(stream)
