@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from streamcheck.rules.extract import dotted  # a callee's shape as text: the same spelling the facts use
+
 ORDERING_METHODS = ("wait_stream", "wait_event", "record_stream", "synchronize")
 # `.wait()` counts when the receiver's last name says it is an event, a handle, a work or a request / future
 # (handle, handles[i], self._work, req, fut, ...; also h, w, e alone), or when the receiver is itself a call
@@ -52,19 +54,6 @@ class Function:
     line: int
     end_line: int
     calls: frozenset[str]  # last names of every callee in its body (nested defs included)
-
-
-def dotted(node: ast.AST) -> str:
-    """`a.b.c` for a Name / Attribute chain; calls and subscripts in it are written `()` and `[]`."""
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        return f"{dotted(node.value)}.{node.attr}"
-    if isinstance(node, ast.Call):
-        return f"{dotted(node.func)}()"
-    if isinstance(node, ast.Subscript):
-        return f"{dotted(node.value)}[]"
-    return "?"
 
 
 def last_name(node: ast.AST) -> str:
