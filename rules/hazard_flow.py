@@ -16,6 +16,7 @@ from weakref import WeakKeyDictionary
 
 from .facts import AsyncCopy, FunctionFacts, Placement, Use
 from .program import Function, Program
+from .races import exits_before
 from .streams import HOST
 from .summaries import performed
 
@@ -27,11 +28,6 @@ HOST_WORDS = ("cpu", "pinned", "pin_", "host")
 DEVICE_WORDS = ("gpu", "cuda", "device")
 
 _class_placements: "WeakKeyDictionary[Program, dict]" = WeakKeyDictionary()
-
-
-def covers(block: tuple[int, int], line: int) -> bool:
-    """Whether code in `block` runs whenever code at `line` does (same or enclosing block, or unconditional)."""
-    return block == (0, 0) or block[0] <= line <= block[1]
 
 
 def exclusive(facts: FunctionFacts, first: int, second: int) -> bool:
@@ -114,7 +110,7 @@ def host_blocked_between(program: Program, function: Function, start: int, end: 
     device `synchronize()`, a blocking `.item()` / `.cpu()` / `.tolist()` on a tensor other than those in `skip`
     (which live on the host), or a call that does one of these (summaries.py)."""
     for sync in function.facts.syncs:
-        if sync.kind in HOST_BLOCKING_SYNCS and start < sync.line < end and _on_a_path(function, sync.line, end):
+        if sync.kind in HOST_BLOCKING_SYNCS and start < sync.line < end and not exits_before(function, sync.line, end):
             if sync.kind == "host_sync" and _on_path(sync.receiver, skip):
                 continue  # `.item()` of a host tensor waits for nothing
             return True
@@ -126,16 +122,11 @@ def _on_path(receiver: str, paths: set[str]) -> bool:
     return any(receiver == p or receiver.startswith((p + ".", p + "[")) for p in paths)
 
 
-def _on_a_path(function: Function, line: int, end: int) -> bool:
-    """Code at `line` can run before `end`: it is not in a block that returns (raises, ...) without reaching it."""
-    return not any(first <= line <= last and not first <= end <= last for first, last in function.facts.exits)
-
-
 def stream_ordered_between(program: Program, function: Function, start: int, end: int) -> bool:
     """Whether a wait_stream / wait_event / synchronize / blocking host read lies between `start` and `end` on
     some path to `end`."""
     for sync in function.facts.syncs:
-        if sync.kind in STREAM_ORDERING_SYNCS and start < sync.line < end and _on_a_path(function, sync.line, end):
+        if sync.kind in STREAM_ORDERING_SYNCS and start < sync.line < end and not exits_before(function, sync.line, end):
             return True
     return _calls_between(program, function, start, end, None)
 
@@ -143,7 +134,7 @@ def stream_ordered_between(program: Program, function: Function, start: int, end
 def _calls_between(program: Program, function: Function, start: int, end: int, waiter: str | None) -> bool:
     """A call between the two lines that always orders something (its summary), the host if `waiter` is HOST."""
     for call, edges in program.calls_of(function.id):
-        if start < call.line < end and _on_a_path(function, call.line, end):
+        if start < call.line < end and not exits_before(function, call.line, end):
             for edge in edges:
                 pairs = performed(program, edge.callee)
                 if pairs and (waiter is None or any(w == waiter for w, _ in pairs)):

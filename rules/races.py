@@ -75,7 +75,7 @@ def ordered_between(program: "Program", function: Function, after: Position, bef
     `later` launched afterwards follow earlier work of stream `earlier`. `frame` is the stream the function's
     own current stream stands for (a region's, when a chain of calls from it reached the function)."""
     def between(line: int, column: int) -> bool:
-        return after < (line, column) < before and not _exits_before(function, line, before[0])
+        return after < (line, column) < before and not exits_before(function, line, before[0])
 
     def in_frame(ordering: Ordering) -> Ordering:
         if frame == CURRENT_STREAM:
@@ -91,7 +91,7 @@ def ordered_between(program: "Program", function: Function, after: Position, bef
     return ordered_by(program, [in_frame(o) for o in window], earlier, later)
 
 
-def _exits_before(function: Function, line: int, target: int) -> bool:
+def exits_before(function: Function, line: int, target: int) -> bool:
     """Whether code at `line` sits in a block that returns (or raises, continues, breaks) without reaching
     `target`: then it is on no path to it."""
     return any(first <= line <= last and not first <= target <= last for first, last in function.facts.exits)
