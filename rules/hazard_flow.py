@@ -3,9 +3,8 @@ line, and whether the host or a stream was ordered in between.
 
 The hazard rules are intra-procedural: a non_blocking copy, an async collective or a side-stream use is matched
 with what the same function does to the same name or `self.` path afterwards, in source order. A branch that
-cannot run after another (`if` body vs. its `else`) is skipped, and an ordering only counts when it runs on every
-path to the later use (inside an `if` too, but not in a block that returns first), as in the engine's race
-query. Calls in between count when the callee always blocks the host (SC102/SC103) or orders (SC104), from its
+cannot run after another (`if` body vs. its `else`) is skipped, and an ordering counts when it lies on some path
+to the later use (inside an `if` too, but not in a block that returns first), as in the engine's race query. Calls in between count when the callee always blocks the host (SC102/SC103) or orders (SC104), from its
 summary (summaries.py).
 """
 
