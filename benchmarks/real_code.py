@@ -42,8 +42,8 @@ class PackageScan:
 
 def scan_package(package: Package, tree: Path, jobs: int | None) -> PackageScan:
     """One cold scan of the package's folders, paths reported relative to its unpacked tree."""
-    from streamcheck.config import ScanConfig
-    from streamcheck.scanning import scan
+    from streamcheck.scanner.config import ScanConfig
+    from streamcheck.scanner.driver import scan
 
     started = time.perf_counter()
     with contextlib.chdir(tree):

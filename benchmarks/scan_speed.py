@@ -34,9 +34,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))  # the sdist download/unpack helper the tests use (streamcheck: installed)
 
 from conftest import unpacked_sdist  # noqa: E402
-from streamcheck.config import ScanConfig  # noqa: E402
-from streamcheck.scanning import default_jobs  # noqa: E402
-from streamcheck.sources import Source, discover, read_source  # noqa: E402
+from streamcheck.scanner.config import ScanConfig  # noqa: E402
+from streamcheck.scanner.driver import default_jobs  # noqa: E402
+from streamcheck.scanner.sources import Source, discover, read_source  # noqa: E402
 
 PACKAGE, VERSION = "deepspeed", "0.13.4"
 

@@ -53,9 +53,9 @@ def help_uri(rule_id: str) -> str:
 
 def catalogue() -> dict[str, RuleDoc]:
     """Every rule id -> its RuleDoc: the static rules, the scan driver's SC001/SC002 and the runtime SC2xx."""
-    from streamcheck.report.runtime import RUNTIME_RULES
+    from streamcheck.instrument.offline.race_view import RUNTIME_RULES
     from streamcheck.rules.registry import all_rules
-    from streamcheck.scanning import DRIVER_RULES
+    from streamcheck.scanner.driver import DRIVER_RULES
 
     docs: dict[str, RuleDoc] = {}
     for rule_id, (summary, doc) in DRIVER_RULES.items():

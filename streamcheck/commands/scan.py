@@ -12,7 +12,7 @@ import sys
 import textwrap
 import time
 
-from streamcheck.config import CONFIG_KEYS
+from streamcheck.scanner.config import CONFIG_KEYS
 from streamcheck.report import FORMATS
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
@@ -130,10 +130,10 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, stdin) -> int:
     from pathlib import Path
 
-    from streamcheck.baseline import BaselineError, read_baseline, write_baseline
+    from streamcheck.scanner.baseline import BaselineError, read_baseline, write_baseline
     from streamcheck.commands.scan_extras import show_files, show_settings, statistics
-    from streamcheck.config import ConfigError, check_rule_codes, load_config, parse_per_file_ignores, split_csv
-    from streamcheck.git_scope import GitError
+    from streamcheck.scanner.config import ConfigError, check_rule_codes, load_config, parse_per_file_ignores, split_csv
+    from streamcheck.scanner.git_scope import GitError
 
     args.focus = list(args.paths) if args.project else None
     args.paths = [args.project] if args.project else (args.paths or ["."])
@@ -175,11 +175,11 @@ def _run(args: argparse.Namespace, stdin) -> int:
             return EXIT_ERROR
         return EXIT_CLEAN
 
-    from streamcheck import scanning
+    from streamcheck.scanner import driver
 
     try:
-        backend = scanning.default_backend(config)
-        check_rule_codes(config, set(backend.rule_ids) | set(scanning.DRIVER_RULES), tuple(runtime_rule_ids()))
+        backend = driver.default_backend(config)
+        check_rule_codes(config, set(backend.rule_ids) | set(driver.DRIVER_RULES), tuple(runtime_rule_ids()))
     except ConfigError as exc:
         print(f"streamcheck scan: {exc}", file=sys.stderr)
         return EXIT_ERROR
@@ -235,7 +235,7 @@ def _run(args: argparse.Namespace, stdin) -> int:
 
 def _scope_filter(args: argparse.Namespace):
     """--diff-base / --project: which findings to keep (None: all). Raises GitError for a bad revision."""
-    from streamcheck.git_scope import changed_lines, touches_changed_lines, touches_paths
+    from streamcheck.scanner.git_scope import changed_lines, touches_changed_lines, touches_paths
 
     tests = []
     if args.diff_base:
@@ -256,13 +256,13 @@ def _scan(args: argparse.Namespace, config, backend, baseline, keep=None):
 
 
 def _scan_all(args: argparse.Namespace, config, backend, baseline):
-    from streamcheck import scanning
+    from streamcheck.scanner import driver
     from streamcheck.commands.scan_extras import Progress
-    from streamcheck.sources import MissingPath
+    from streamcheck.scanner.sources import MissingPath
 
     progress = None if args.no_progress else Progress.maybe(sys.stderr)
     try:
-        return scanning.scan(
+        return driver.scan(
             args.paths,
             config,
             backend=backend,
@@ -288,7 +288,7 @@ def _scan_all(args: argparse.Namespace, config, backend, baseline):
 
 
 def runtime_rule_ids() -> list[str]:
-    from streamcheck.report.runtime import RUNTIME_RULES
+    from streamcheck.instrument.offline.race_view import RUNTIME_RULES
 
     return sorted(RUNTIME_RULES)
 
@@ -304,7 +304,7 @@ def _common_start(paths: list[str]) -> str:
 
 def _write(args: argparse.Namespace, result, backend) -> None:
     from streamcheck.report import ReportContext, wants_color, write_report
-    from streamcheck.scanning import streamcheck_version
+    from streamcheck.scanner.driver import streamcheck_version
 
     out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
     try:
@@ -340,7 +340,7 @@ def _terminal_width(out) -> int:
 def rule_infos(backend) -> dict:
     """id -> RuleInfo for every rule: the driver's own (SC001, SC002) and the rules package's."""
     from streamcheck.report import RuleInfo
-    from streamcheck.scanning import DRIVER_RULES
+    from streamcheck.scanner.driver import DRIVER_RULES
 
     from streamcheck.docs import catalogue
 

@@ -44,7 +44,7 @@ def _toml(value) -> str:
 def show_files(paths: list[str], config, out=None) -> int:
     """The files a scan of `paths` reads, one a line; the number of them."""
     out = out or sys.stdout
-    from streamcheck.sources import discover
+    from streamcheck.scanner.sources import discover
 
     files = discover(paths, config)
     for file in files:
@@ -89,7 +89,7 @@ class StdinSource:
             handle.write(data)
 
     def rename(self, result, config) -> None:
-        from streamcheck.sources import display_path
+        from streamcheck.scanner.sources import display_path
 
         temp = display_path(self.path)
 

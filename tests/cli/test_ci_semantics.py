@@ -14,7 +14,7 @@ from streamcheck.cli import main
 ROOT = Path(__file__).resolve().parents[2]
 def _scan_rule_ids() -> str:
     from streamcheck.rules.registry import all_rules
-    from streamcheck.scanning import DRIVER_RULES
+    from streamcheck.scanner.driver import DRIVER_RULES
 
     return ", ".join(sorted({*DRIVER_RULES, *(rule.id for rule in all_rules())}))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from streamcheck import scanning
+from streamcheck.scanner import driver
 
 from . import fake_rules
 
@@ -12,7 +12,7 @@ from . import fake_rules
 @pytest.fixture
 def fake_backend(monkeypatch):
     """Make `streamcheck scan` use the fake rules (see fake_rules.py); returns the list of extracted paths."""
-    monkeypatch.setattr(scanning, "default_backend", lambda config: fake_rules.backend(
+    monkeypatch.setattr(driver, "default_backend", lambda config: fake_rules.backend(
         fake_rules.FakeOptions(stream_contexts=config.stream_contexts)))
     fake_rules.extract_calls.clear()
     fake_rules.analyze_calls.clear()

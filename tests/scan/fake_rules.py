@@ -11,7 +11,7 @@ import ast
 from dataclasses import dataclass
 
 from streamcheck.findings import Finding, Location
-from streamcheck.scanning import RulesBackend
+from streamcheck.scanner.driver import RulesBackend
 
 MARKS = {".copy_(": "SC101", ".free_(": "SC104"}
 extract_calls: list[str] = []  # paths extracted in this process (in-process runs only)

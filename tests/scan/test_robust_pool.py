@@ -21,8 +21,8 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="re
 DRIVER = textwrap.dedent("""
     import sys, time
     sys.path.insert(0, sys.argv[2])
-    from streamcheck import scanning
-    from streamcheck.config import ScanConfig
+    from streamcheck.scanner import driver
+    from streamcheck.scanner.config import ScanConfig
     from scan import fake_rules
 
     def slow_extract(source, path, options):
@@ -31,7 +31,7 @@ DRIVER = textwrap.dedent("""
 
     backend = fake_rules.backend()
     backend.extract = slow_extract
-    scanning.scan([sys.argv[1]], ScanConfig(root=__import__("pathlib").Path(sys.argv[1])), backend=backend,
+    driver.scan([sys.argv[1]], ScanConfig(root=__import__("pathlib").Path(sys.argv[1])), backend=backend,
                   jobs=2, use_cache=False)
 """)
 

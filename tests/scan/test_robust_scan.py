@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from streamcheck import facts_cache
+from streamcheck.scanner import facts_cache
 
 from .helpers import positions, scan_cli, scan_json, write_tree
 

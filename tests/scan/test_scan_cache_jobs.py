@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from streamcheck.commands import scan as scan_command
-from streamcheck.config import ScanConfig
-from streamcheck.facts_cache import FactsCache, code_stamp
-from streamcheck.scanning import scan
+from streamcheck.scanner.config import ScanConfig
+from streamcheck.scanner.facts_cache import FactsCache, code_stamp
+from streamcheck.scanner.driver import scan
 
 from . import fake_rules
 from .helpers import write_tree

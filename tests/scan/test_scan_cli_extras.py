@@ -67,7 +67,7 @@ def test_pre_commit_hook_runs_the_scan(tmp_path, monkeypatch, capsys, fake_backe
 
 def test_scan_and_explain_commands_start_without_libcst_or_networkx():
     code = ("import sys, streamcheck.cli as c; c.build_parser(); import streamcheck.commands.scan, "
-            "streamcheck.scanning, streamcheck.report.json_format, streamcheck.report.sarif; "
+            "streamcheck.scanner.driver, streamcheck.report.json_format, streamcheck.report.sarif; "
             "print(sorted(m for m in ('libcst', 'networkx', 'torch') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"

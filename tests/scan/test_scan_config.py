@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from streamcheck.config import ConfigError, load_config
+from streamcheck.scanner.config import ConfigError, load_config
 
 from .helpers import positions, scan_cli, scan_json, write_tree
 

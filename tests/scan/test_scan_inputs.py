@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from streamcheck import sources
+from streamcheck.scanner import sources
 
 from .helpers import positions, scan_cli, scan_json, write_tree
 
@@ -156,7 +156,7 @@ def test_a_crash_in_fact_extraction_is_reported_not_raised(tree, capsys, monkeyp
         raise RuntimeError("boom")
 
     monkeypatch.setattr(fake_rules, "extract", explode)
-    monkeypatch.setattr("streamcheck.scanning.default_backend", lambda config: fake_rules.backend())
+    monkeypatch.setattr("streamcheck.scanner.driver.default_backend", lambda config: fake_rules.backend())
     code, doc, _ = scan_json(capsys, "--no-cache", ".")
     assert positions(doc) == [("SC001", "z_good.py", 1, 1)]
     assert doc["findings"][0]["message"] == "internal error while reading the file: RuntimeError: boom"
@@ -169,7 +169,7 @@ def test_a_crash_in_the_analysis_exits_2_with_a_message(tree, capsys, monkeypatc
         raise RecursionError("maximum recursion depth exceeded")
 
     monkeypatch.setattr(fake_rules, "analyze", explode)
-    monkeypatch.setattr("streamcheck.scanning.default_backend", lambda config: fake_rules.backend())
+    monkeypatch.setattr("streamcheck.scanner.driver.default_backend", lambda config: fake_rules.backend())
     monkeypatch.delenv("STREAMCHECK_DEBUG", raising=False)
     code, out, err = scan_cli(capsys, "--no-cache", ".")
     assert (code, out) == (2, "")

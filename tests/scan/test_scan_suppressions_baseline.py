@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from streamcheck.suppressions import find_suppressions
+from streamcheck.scanner.suppressions import find_suppressions
 
 from .helpers import positions, scan_cli, scan_json, write_tree
 

@@ -19,12 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from streamcheck.config import ScanConfig
-from streamcheck.extraction import default_jobs, extract_all  # noqa: F401 - default_jobs: public here too
-from streamcheck.facts_cache import CACHE_DIR_NAME, FactsCache, code_stamp
+from streamcheck.scanner.config import ScanConfig
+from streamcheck.scanner.extraction import default_jobs, extract_all  # noqa: F401 - default_jobs: public here too
+from streamcheck.scanner.facts_cache import CACHE_DIR_NAME, FactsCache, code_stamp
 from streamcheck.findings import Finding, Location, sorted_findings
-from streamcheck.sources import FolderProblem, SourceFile, Source, Unreadable, discover, read_source
-from streamcheck.suppressions import SC002, Suppression, apply_suppressions, find_suppressions, unused_suppressions
+from streamcheck.scanner.sources import FolderProblem, SourceFile, Source, Unreadable, discover, read_source
+from streamcheck.scanner.suppressions import SC002, Suppression, apply_suppressions, find_suppressions, unused_suppressions
 
 # Rules the driver itself reports (the rules package does not know them).
 SC001 = "SC001"
@@ -209,7 +209,7 @@ def scan(
                 kept += unused_suppressions(path, by_line, known, lambda rule: config.rule_enabled_for(rule, rel))
     kept = sorted_findings(kept)
     if baseline is not None:
-        from streamcheck.baseline import subtract_baseline
+        from streamcheck.scanner.baseline import subtract_baseline
 
         kept, result.baselined = subtract_baseline(kept, baseline)
     result.findings = kept

@@ -60,7 +60,7 @@ def _extract_one(job: tuple[str, str, str | None]) -> dict:
     The cache entry (JSON) is written here, in the worker, so the parent only unpickles the result.
     """
     display, text, key = job
-    backend = _worker["backend"]  # a scanning.RulesBackend
+    backend = _worker["backend"]  # a driver.RulesBackend
     cache = _worker["cache"]  # a FactsCache or None
     try:
         with warnings.catch_warnings():

@@ -20,7 +20,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from streamcheck.config import ScanConfig
+from streamcheck.scanner.config import ScanConfig
 
 PYTHON_SUFFIXES = (".py", ".pyi")
 
@@ -117,7 +117,7 @@ def _walk(top: str, config: ScanConfig, problems: list[FolderProblem]):
 
     ignored = frozenset()
     if config.respect_gitignore:
-        from streamcheck.git_scope import ignored_paths
+        from streamcheck.scanner.git_scope import ignored_paths
 
         ignored = ignored_paths(top)
     for folder, dirnames, filenames in os.walk(top, onerror=unlistable, followlinks=False):
