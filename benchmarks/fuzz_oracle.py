@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from streamcheck.hb import HappensBefore  # noqa: E402
+from streamcheck.instrument.offline.hb import HappensBefore  # noqa: E402
 from streamcheck.instrument.detector import Detector  # noqa: E402
 from streamcheck.instrument.trace import FORMAT, VERSION, replay  # noqa: E402
 

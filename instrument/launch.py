@@ -8,7 +8,7 @@ stays uninstrumented and every other process starts `streamcheck.watch()` (rank 
 `streamcheck-rank{R}.jsonl` in the output directory. A sitecustomize that ours shadows is still run after ours.
 
 Rank files are appended to (several processes of one rank, e.g. spawned helpers, each write their own header),
-so `run` clears them before it starts the command; streamcheck/merge.py reads them back.
+so `run` clears them before it starts the command; instrument/offline/merge.py reads them back.
 """
 
 from __future__ import annotations

@@ -180,10 +180,11 @@ def render(findings: list) -> str:
     import io
 
     from streamcheck.report import ReportContext, write_report
-    from streamcheck.report.runtime import enrich
+    from streamcheck.instrument.offline.race_view import enrich
+    from streamcheck.instrument.offline.race_text import layout as race_layout
 
     out = io.StringIO()
-    context = ReportContext(scope="this test", runtime_layout=True)
+    context = ReportContext(scope="this test", layout=race_layout)
     write_report("text", [enrich(f) for f in findings], out, context)
     text = out.getvalue()
     return text[: text.rfind("Found ")].rstrip() + "\n"  # the summary line says nothing the message does not

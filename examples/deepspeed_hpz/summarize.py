@@ -13,7 +13,7 @@ import re
 import sys
 from pathlib import Path
 
-from streamcheck.merge import merge
+from streamcheck.instrument.offline.merge import merge
 
 NAME = re.compile(r"seed-(plain|sc)-(\d+\.\d+\.\d+)-(\d+)steps\.json$")
 

@@ -1,10 +1,10 @@
 """`streamcheck analyze TRACE`: replay a recorded trace through the online detector and report every race.
 
-The races become findings as in `streamcheck report` (streamcheck/merge.py race_findings: a race that repeats, e.g.
-every training step, is one finding with a count) and are told in the same words and layout (report/runtime.py
-enrich, report/runtime_text.py), with stream and tensor names from the trace; a summary line with the trace's rank,
+The races become findings as in `streamcheck report` (instrument/offline/merge.py race_findings: a race that repeats, e.g.
+every training step, is one finding with a count) and are told in the same words and layout (instrument/offline/race_view.py
+enrich, instrument/offline/race_text.py), with stream and tensor names from the trace; a summary line with the trace's rank,
 its event count and the number of race occurrences closes the text. `--graph out.dot` writes, for each finding, the
-witness subgraph of the happens-before graph (streamcheck.hb) as a Graphviz digraph, all in one file.
+witness subgraph of the happens-before graph (streamcheck.instrument.offline.hb) as a Graphviz digraph, all in one file.
 A line or event that cannot be replayed (not JSON, a field of the wrong type, the cut-off end of a killed run) is a
 warning naming its line, and the rest of the trace is analyzed. Exit 0: no race; 1: races; 2: the trace cannot be
 read (no header of a version this streamcheck knows), or no race but some lines could not be read.
@@ -28,8 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from streamcheck.instrument.detector import Detector
     from streamcheck.instrument.trace import TraceError, read_trace, replay
-    from streamcheck.merge import combine, int_or_zero, race_findings
-    from streamcheck.report.runtime import TraceNames, enrich
+    from streamcheck.instrument.offline.merge import combine, int_or_zero, race_findings
+    from streamcheck.instrument.offline.race_view import TraceNames, enrich
 
     detector = Detector()
     names = TraceNames()
@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
 
     rank = int_or_zero(header.get("rank"))
     world_size = int_or_zero(header.get("world_size"))
-    from streamcheck.report.source_lines import with_sources
+    from streamcheck.instrument.offline.source_lines import with_sources
 
     # Source lines (and the code's stream names) also when analyze runs away from where the trace was recorded.
     found = with_sources(combine([(rank, race_findings(detector, rank))]), args.trace)
@@ -78,11 +78,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _write_graph(trace: str, findings: list, out_path: str) -> None:
-    """The same drawing as `streamcheck report --graph` (report/graph.py): lanes, columns in time order, the
+    """The same drawing as `streamcheck report --graph` (instrument/offline/graph.py): lanes, columns in time order, the
     missing edge dashed red, so that both commands show a race alike."""
     from pathlib import Path
 
-    from streamcheck.report.graph import race_graph, to_dot
+    from streamcheck.instrument.offline.graph import race_graph, to_dot
 
     with open(out_path, "w") as out:
         if not findings:
@@ -121,10 +121,11 @@ def _write_text(trace: str, header: dict, findings: list, races: int, color_choi
 
     from streamcheck.report import ReportContext, wants_color
     from streamcheck.report.text import make_console, render
+    from streamcheck.instrument.offline.race_text import layout as race_layout
 
     color = wants_color(color_choice, sys.stdout)
     console = make_console(sys.stdout, color)
-    context = ReportContext(runtime_layout=True, color=color)
+    context = ReportContext(layout=race_layout, color=color)
     for finding in findings:
         console.print(render(finding, context))
     summary = _summary(header, findings, races)

@@ -3,8 +3,8 @@
 Inputs are the `streamcheck-rank{R}.jsonl` files the runtime writes (or the directory holding them), and optionally
 the traces of `streamcheck run --trace`: a trace names streams and tensors, is the source of the pictures, and stands
 in for the findings of a rank that has no findings file. Each finding is printed once, with the ranks that saw it
-and how often (streamcheck/merge.py). `--graph DIR` writes each finding's happens-before picture there, as DOT and as
-a self-contained HTML page (streamcheck/report/graph.py).
+and how often (instrument/offline/merge.py). `--graph DIR` writes each finding's happens-before picture there, as DOT and as
+a self-contained HTML page (streamcheck/instrument/offline/graph.py).
 Exit: 0 no finding, 1 findings, 2 unusable input, or no finding in input that could not be read in full.
 """
 
@@ -28,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from streamcheck.merge import MergeError, merge
+    from streamcheck.instrument.offline.merge import MergeError, merge
 
     try:
         merged = merge(args.inputs)
@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"streamcheck report: cannot write {args.output}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     if args.graph:
-        from streamcheck.report.graph import write_graphs
+        from streamcheck.instrument.offline.graph import write_graphs
 
         try:
             written = write_graphs(findings, merged, args.graph)
@@ -80,7 +80,7 @@ def trace_names(merged) -> dict:
     already say (a rank whose trace was not replayed) become warnings, and a trace without a usable header gives
     no names."""
     from streamcheck.instrument.trace import TraceError, read_trace
-    from streamcheck.report.runtime import TraceNames
+    from streamcheck.instrument.offline.race_view import TraceNames
 
     names = {}
     said = set(merged.warnings)
@@ -98,8 +98,8 @@ def trace_names(merged) -> dict:
 
 
 def enriched_findings(merged) -> list:
-    from streamcheck.merge import rank_of
-    from streamcheck.report.runtime import enrich
+    from streamcheck.instrument.offline.merge import rank_of
+    from streamcheck.instrument.offline.race_view import enrich
 
     names = trace_names(merged) if merged.traces else {}
     return [enrich(finding, names.get(rank_of(finding)), merged.world_size) for finding in merged.findings]
@@ -127,10 +127,11 @@ def runtime_context(merged, color: bool = False):
     """The ReportContext of runtime findings: the SC2xx rules, the runtime text layout, "N ranks" as the scope."""
     from streamcheck.cli import _version
     from streamcheck.report import ReportContext
-    from streamcheck.report.runtime import RUNTIME_RULES
+    from streamcheck.instrument.offline.race_text import layout as race_layout
+    from streamcheck.instrument.offline.race_view import RUNTIME_RULES
 
     ranks = sorted(merged.ranks)
     scope = f"{len(ranks)} rank{'s' if len(ranks) != 1 else ''}" if ranks else "no rank"
-    return ReportContext(tool_version=_version(), rules=dict(RUNTIME_RULES), scope=scope, runtime_layout=True,
+    return ReportContext(tool_version=_version(), rules=dict(RUNTIME_RULES), scope=scope, layout=race_layout,
                          color=color)
 

@@ -36,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from streamcheck.commands.report import enriched_findings, write_merged
     from streamcheck.instrument.launch import clear_rank_files, prepare_environment
-    from streamcheck.merge import MergeError, merge
+    from streamcheck.instrument.offline.merge import MergeError, merge
 
     cmd = list(args.cmd)
     if cmd and cmd[0] == "--":

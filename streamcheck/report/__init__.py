@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import os
 from dataclasses import dataclass, field
-from typing import Iterable, TextIO
+from typing import Any, Callable, Iterable, TextIO
 
 from streamcheck.findings import Finding
 
@@ -42,7 +42,10 @@ class ReportContext:
     skipped: list[str] = field(default_factory=list)  # "path: why" for files left out on purpose
     color: bool = False  # text only: ANSI colours (the command decides: a terminal, no NO_COLOR)
     scope: str = ""  # what was checked, when not files (runtime reports: "2 ranks"); the text summary says it
-    runtime_layout: bool = False  # text only: runtime races laid out by report/runtime_text.py (streamcheck report)
+    # text only: a command's own layout of a finding (rich Text), or None to use the common one. `streamcheck report`
+    # and `analyze` lay runtime races out with instrument/offline/race_text.py's `layout`, so this package never
+    # imports the runtime half.
+    layout: Callable[[Finding, str], Any] | None = None
     quiet: bool = False  # text, concise: findings only, no summary line (-q)
     width: int = 0  # text: wrap at word boundaries to this many columns (a terminal's width); 0: never wrap
     root: str = ""  # sarif: the folder URIs are relative to; "" -> the git repository around the current folder

@@ -16,8 +16,6 @@ from rich.text import Text
 
 from streamcheck.findings import Finding, Location
 from streamcheck.report import ReportContext, count_by_rule
-from streamcheck.report.runtime import is_runtime_finding
-from streamcheck.report.runtime_text import render_runtime_finding
 
 _SEVERITY_STYLE = {"error": "bold red", "warning": "bold yellow"}
 
@@ -44,9 +42,11 @@ def make_console(out: TextIO, color: bool, width: int = 0) -> Console:
 
 
 def render(finding: Finding, context: ReportContext) -> Text:
-    """One finding's block, in the runtime layout when the context asks for it and the finding has the data."""
-    if context.runtime_layout and is_runtime_finding(finding):
-        return render_runtime_finding(finding, _SEVERITY_STYLE.get(finding.severity, "bold cyan"))
+    """One finding's block, in the context's own layout when it has one for this finding."""
+    if context.layout is not None:
+        laid_out = context.layout(finding, _SEVERITY_STYLE.get(finding.severity, "bold cyan"))
+        if laid_out is not None:
+            return laid_out
     return render_finding(finding)
 
 

@@ -92,7 +92,7 @@ def test_graph_writes_the_witness(tmp_path, capsys):
     by_label.update({label.split("\\n")[1]: node for node, label in nodes.items() if "access" in label})
     copy, launch, gather = by_label["aten::copy_"], by_label["launch c10d::_allgather_base_"], \
         by_label["c10d::_allgather_base_"]
-    # The layout `streamcheck report --graph` draws (report/graph.py), not a second one.
+    # The layout `streamcheck report --graph` draws (instrument/offline/graph.py), not a second one.
     assert (f'  {copy} -> {launch} [style=dashed, color=red, fontcolor=red, penwidth=2.5, constraint=false, '
             f'label="missing: side.wait_stream(compute)"];') in dot
     assert f'  {launch} -> {gather} [color="#1f5fbf", fontcolor="#1f5fbf", label="collective"];' in dot

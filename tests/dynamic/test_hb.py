@@ -1,8 +1,8 @@
-"""streamcheck.hb: the graph's edges, race queries by reachability, and witnesses (missing edge, last ordered point)."""
+"""streamcheck.instrument.offline.hb: the graph's edges, race queries by reachability, and witnesses (missing edge, last ordered point)."""
 
 from __future__ import annotations
 
-from streamcheck.hb import HappensBefore, _subtract, _union
+from streamcheck.instrument.offline.hb import HappensBefore, _subtract, _union
 from streamcheck.instrument.trace import TraceWriter, read_trace
 
 S0, S1, NCCL = "cuda:0/s0", "cuda:0/s1", "nccl:pg/0"

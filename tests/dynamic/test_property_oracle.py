@@ -28,7 +28,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from streamcheck.hb import HappensBefore
+from streamcheck.instrument.offline.hb import HappensBefore
 from streamcheck.instrument.detector import Detector
 from streamcheck.instrument.trace import replay
 

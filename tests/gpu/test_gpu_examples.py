@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from streamcheck.merge import merge
+from streamcheck.instrument.offline.merge import merge
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"

@@ -1,7 +1,7 @@
 """`pytest --streamcheck` on a GPU: over examples/pytest_gate, exactly the racy test fails, with its report.
 
 The inner run is a fresh pytest process (as a CI job would start it); its findings directory is then read back with
-streamcheck.merge, and the finding must point at the lines marked `streamcheck: race` / `streamcheck: earlier`.
+streamcheck.instrument.offline.merge, and the finding must point at the lines marked `streamcheck: race` / `streamcheck: earlier`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from streamcheck.merge import merge
+from streamcheck.instrument.offline.merge import merge
 
 ROOT = Path(__file__).resolve().parents[2]
 GATE = ROOT / "examples" / "pytest_gate" / "test_streams.py"

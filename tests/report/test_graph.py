@@ -6,10 +6,10 @@ import re
 from pathlib import Path
 
 from streamcheck.cli import main
-from streamcheck.merge import merge
-from streamcheck.report.graph import GraphEdge, race_graph
-from streamcheck.report.graph_svg import layout
-from streamcheck.report.runtime import enrich
+from streamcheck.instrument.offline.merge import merge
+from streamcheck.instrument.offline.graph import GraphEdge, race_graph
+from streamcheck.instrument.offline.graph_svg import layout
+from streamcheck.instrument.offline.race_view import enrich
 
 from .conftest import DATA, SCENARIO26_TRACE
 

@@ -1,4 +1,4 @@
-"""streamcheck.merge on recorded rank files: one finding per fingerprint, ranks and counts, killed jobs, traces."""
+"""streamcheck.instrument.offline.merge on recorded rank files: one finding per fingerprint, ranks and counts, killed jobs, traces."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from streamcheck.merge import MergeError, merge
+from streamcheck.instrument.offline.merge import MergeError, merge
 
 from .conftest import DATA, PP, SCENARIO26_TRACE
 

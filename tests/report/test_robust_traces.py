@@ -212,7 +212,7 @@ def findings_file(path: Path, rank: int = 0, read_lines=(20,)) -> list[str]:
     """A findings file of `rank` holding the race of racy_trace for each read line; returns its lines."""
     from streamcheck.instrument.detector import Detector
     from streamcheck.instrument.trace import read_trace, replay
-    from streamcheck.merge import race_findings
+    from streamcheck.instrument.offline.merge import race_findings
 
     records = [{"e": "header", "format": "streamcheck-findings", "version": 1, "rank": rank, "world_size": 2}]
     for line in read_lines:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from streamcheck.findings import Finding, Location
-from streamcheck.report.runtime import describe, enrich, headline, stream_label
+from streamcheck.instrument.offline.race_view import describe, enrich, headline, stream_label
 
 
 @pytest.mark.parametrize("actor, names, world, label", [

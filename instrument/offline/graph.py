@@ -6,7 +6,7 @@ the events of the witness in order along the lanes (left to right = happens-befo
 the two racing accesses highlighted in red; the edges that exist drawn solid (event waits, enqueues, syncs,
 collectives; program order as a thin lane line); the missing edge dashed red with the code that adds it (the drawing: graph_svg.py).
 
-Where a trace of the finding's rank is at hand, the graph is streamcheck.hb's witness subgraph (the earlier
+Where a trace of the finding's rank is at hand, the graph is streamcheck.instrument.offline.hb's witness subgraph (the earlier
 actor's chain around the write, the waiter's chain up to the read, and what they were ordered after). Without a
 trace it is drawn from the finding's own data: the two accesses, the collective's launch, and the missing edge.
 """
@@ -20,7 +20,7 @@ from typing import Iterable
 
 from streamcheck.findings import Finding
 
-from .runtime import describe, is_runtime_finding, stream_label
+from .race_view import describe, is_runtime_finding, stream_label
 
 ROLE_TAGS = {"earlier": "earlier access", "later": "racing access"}
 MAX_TRACE_EVENTS = 500_000  # beyond this the networkx graph gets too big: draw from the finding's data instead
@@ -104,7 +104,7 @@ def graph_from_finding(finding: Finding) -> RaceGraph:
 
 def graph_from_trace(finding: Finding, trace_path: Path) -> RaceGraph | str:
     """hb.py's witness subgraph for the finding, or why it cannot be drawn from this trace."""
-    from streamcheck.hb import HappensBefore
+    from streamcheck.instrument.offline.hb import HappensBefore
     from streamcheck.instrument.trace import EVENTS, read_trace
 
     extra = finding.extra
@@ -274,8 +274,8 @@ def file_stem(finding: Finding, index: int) -> str:
 
 def write_graphs(findings: list[Finding], merged, out_dir: str | Path) -> list[Path]:
     """For every runtime finding, <stem>.dot and <stem>.html in out_dir; returns the paths written."""
-    from streamcheck.report.graph_svg import to_html
-    from streamcheck.report.runtime_text import render_runtime_finding
+    from streamcheck.instrument.offline.graph_svg import to_html
+    from streamcheck.instrument.offline.race_text import render_runtime_finding
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -24,10 +24,15 @@ from rich.text import Text
 
 from streamcheck.findings import Finding
 
-from .runtime import AccessView, RaceView, describe, display_path, headline
+from .race_view import AccessView, RaceView, describe, display_path, headline, is_runtime_finding
 
 MAX_CALLERS = 6
 _INDENT = " " * 11
+
+
+def layout(finding: Finding, severity_style: str) -> Text | None:
+    """ReportContext.layout of runtime reports: runtime races in this layout, any other finding in the common one."""
+    return render_runtime_finding(finding, severity_style) if is_runtime_finding(finding) else None
 
 
 def render_runtime_finding(finding: Finding, severity_style: str = "bold red") -> Text:

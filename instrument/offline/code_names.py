@@ -57,7 +57,7 @@ def _paths_of(finding: Finding) -> list[str]:
 
 def _resolve(name: str, known: list[str], root: str = "") -> str | None:
     """The readable file a label's (possibly shortened) file name stands for; `root`: the folder relative paths
-    are relative to (report/source_lines.py), when not the current one."""
+    are relative to (instrument/offline/source_lines.py), when not the current one."""
     for path in [name, *(p for p in known if p == name or p.endswith("/" + name))]:
         for candidate in (path, os.path.join(root, path)) if root and not os.path.isabs(path) else (path,):
             if os.path.isfile(candidate):

@@ -264,7 +264,7 @@ def _code_name(actor: str, other: str) -> str:
 def fix_hint(kind: str, earlier: AccessView, later: AccessView,
              code: Mapping[str, str] | None = None) -> tuple[str, str]:
     """(the missing edge in words, the fix as code at its place). `code`: actor -> the name the program's code
-    gives it (report/stream_names.py); where both streams have one, the fix uses them instead of placeholders."""
+    gives it (instrument/offline/code_names.py); where both streams have one, the fix uses them instead of placeholders."""
     code = code or {}
     before, after = later.where, earlier.where
     if kind == "FREE":
@@ -325,7 +325,7 @@ def describe(finding: Finding, world_size: int | None = None) -> RaceView:
     earlier = _access(finding, "earlier", names, world_size)
     later = _access(finding, "later", names, world_size)
     tensor, tensor_name = tensor_text(finding)
-    from streamcheck.report.stream_names import code_names
+    from streamcheck.instrument.offline.code_names import code_names
 
     missing, fix = fix_hint(finding.kind, earlier, later, code_names(finding, names))
     ranks = [int(r) for r in extra.get("ranks", [extra["rank"]] if "rank" in extra else [])]

@@ -13,7 +13,7 @@ import re
 from streamcheck.findings import Finding
 
 from .graph import ROLE_TAGS, GraphEdge, GraphNode, RaceGraph
-from .runtime import display_path
+from .race_view import display_path
 
 # ---- SVG / HTML -------------------------------------------------------------------------------------------------
 # Sized for a 1280-pixel-wide window: a lane label column, then ~5 event columns; every text at least 12 px.
