@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import sys
 
+from .collectives import Outputs, outputs_of
 from .facts import (
     MODULE_SCOPE, NO_REGION, Access, AttrFunction, Call, ClassFacts, FileFacts, FunctionFacts, ParseFailure, Region,
     Sync, module_name,
@@ -440,13 +441,23 @@ class _FactsVisitor(ast.NodeVisitor):
         collective = matches_name(callee, self.collectives)
         if not (collective or tensor_method or self._is_torch_function(callee)):
             return  # a hand-off to other code: what the callee does with it is the callee's (summaries.py)
-        for arg in node.args:
-            for elt in elements(arg):
-                self._access("read", elt, line, col, last, collective)
+        written = outputs_of(callee) if collective else None
+        for position, arg in enumerate(node.args):
+            self._argument(arg, line, col, last, collective, written, position in written.positions if written
+                           else False)
         for kw in node.keywords:
             if kw.arg not in (None, "out"):
-                for elt in elements(kw.value):
-                    self._access("read", elt, line, col, last, collective)
+                self._argument(kw.value, line, col, last, collective, written,
+                               kw.arg in written.keywords if written else False)
+
+    def _argument(self, arg: ast.AST, line: int, col: int, op: str, collective: bool, written: Outputs | None,
+                  is_output: bool) -> None:
+        """A device op's argument: read; a collective's output written (and read too when it works in place)."""
+        for elt in elements(arg):
+            if not is_output or written.in_place:
+                self._access("read", elt, line, col, op, collective)
+            if is_output:
+                self._access("write", elt, line, col, op, collective)
 
     def _is_torch_function(self, callee: str) -> bool:
         """`torch.cat`, `F.linear` (F imported from torch), `cat` imported from torch: a device op on its args."""

@@ -208,7 +208,7 @@ class HazardCollector:
                     tensors.append(path)
         self.fn.async_works.append(AsyncWork(
             op, self.bound_to.get(id(node), ""), tuple(tensors), node.lineno, node.col_offset + 1,
-            node.end_lineno or node.lineno, self.v.blocks[-1]))
+            node.end_lineno or node.lineno, self.v.blocks[-1], self.v.region))
 
     def _method_call(self, node: ast.Call, method: str, receiver: ast.AST, keywords: dict) -> None:
         non_blocking = is_true(keywords.get("non_blocking"))

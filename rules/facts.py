@@ -165,6 +165,7 @@ class AsyncWork:
     column: int
     end_line: int
     block: tuple[int, int] = (0, 0)
+    region: int = NO_REGION  # the innermost stream region it is launched in: the stream a wait on it follows
 
 
 @dataclass

@@ -8,7 +8,7 @@
 | `e.synchronize()`                        | the host                    | the streams `e` is recorded on      |
 | `torch.cuda.synchronize()`, configured   | the host                    | every stream                        |
 | `.item()`, `.tolist()`, `.cpu()`         | the host                    | the site's stream                   |
-| `work.wait()` (a handle, not an event)   | the site's stream           | the communication stream (COMM)     |
+| `work.wait()` (a handle, not an event)   | the site's stream           | the streams its collective is launched on (the collective followed their earlier work), else COMM |
 
 A target the source does not pin down (an event recorded nowhere in the scan, a stream the engine cannot name)
 orders everything: the lint reports what nothing orders, so that what it reports is real. The waiter of a host
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 ANY_STREAM = "*"
 COMM = "<comm>"  # the communication library's stream: what `work.wait()` waits for
 EVENT = "event:"  # prefix of an event's identity as an ordering's target
+WORK = "work:"  # prefix of an async collective handle's identity as an ordering's target
 
 
 @dataclass(frozen=True)
@@ -98,8 +99,14 @@ def _ordering(program: "Program", function: "Function", sync: Sync) -> Ordering 
     if sync.kind in ("wait_event", "wait"):
         if sync.method == "wait_event":
             return make(stream(sync.receiver), _event_target(program, function, sync.arg))
-        if sync.kind == "wait" and not recorded_streams(program, event_id(program, function, sync.receiver)):
-            return make(here, COMM)  # a work handle or future: the collective's end, not its launcher's work
+        handle = event_id(program, function, sync.receiver)
+        if sync.kind == "wait" and not recorded_streams(program, handle):
+            # A work handle or future: the collective's end, which followed its launching stream's earlier work
+            # (where the scan sees the launch), else only the communication stream.
+            launched = launch_streams(program, handle)
+            if len(launched) == 1:  # one launching stream, named as the launch site names it (its frame: a
+                return make(here, next(iter(launched)))  # region's stream when a call from a region got there)
+            return make(here, WORK + handle if launched else COMM)
         return make(stream(sync.arg), _event_target(program, function, sync.receiver))
     if sync.kind == "synchronize":
         return make(HOST, _synchronized(program, function, sync, here))
@@ -150,6 +157,23 @@ def _records(program: "Program") -> dict[str, frozenset[str]]:
     return {k: frozenset(v) for k, v in found.items()}
 
 
+def launch_streams(program: "Program", handle: str) -> frozenset[str]:
+    """Every stream an `async_op=True` collective whose handle goes to `handle` is launched on (empty when the scan
+    never sees the launch: a handle returned by a library)."""
+    index = program.memo("orderings.launches", lambda: _launches(program))
+    return index.get(handle, frozenset())
+
+
+def _launches(program: "Program") -> dict[str, frozenset[str]]:
+    found: dict[str, set[str]] = {}
+    for function in program.functions.values():
+        for work in function.facts.async_works:
+            if work.handle and not work.handle.startswith("("):
+                stream = site_stream(program, function, work.region)
+                found.setdefault(event_id(program, function, work.handle), set()).add(stream)
+    return {k: frozenset(v) for k, v in found.items()}
+
+
 def reaches_all(waiter: str) -> bool:
     """A waiter after which every later launch follows: the host, or a stream the lint cannot name."""
     return waiter in (HOST, UNKNOWN) or waiter.startswith("param:")
@@ -163,6 +187,9 @@ def waits_for(program: "Program", ordering: Ordering, stream: str) -> bool:
     if target.startswith(EVENT):
         streams = recorded_streams(program, target[len(EVENT):])
         return not streams or stream in streams or UNKNOWN in streams
+    if target.startswith(WORK):
+        streams = launch_streams(program, target[len(WORK):])
+        return stream in streams or UNKNOWN in streams
     return False
 
 

@@ -7,7 +7,7 @@ from typing import Iterable
 from streamcheck.findings import ROLE_READ, ROLE_WRITE, Finding
 
 from .facts import Access
-from .orderings import COMM, orderings_of
+from .orderings import COMM, WORK, orderings_of
 from .program import Function, Program
 from .races import Context, contexts, matching, ordered_before, unordered
 from .rule import Rule, location, way_of
@@ -129,6 +129,22 @@ def fetch(module, s):
     with torch.cuda.stream(s):
         return module.weight.data * 2
 """,
+        # An async collective launched on the side stream, waited on the current stream before the read: the
+        # wait orders the reader after the collective, which followed the side stream's earlier work.
+        """
+import torch
+import torch.distributed as dist
+
+class Bucket:
+    def launch(self, side):
+        with torch.cuda.stream(side):
+            self.buf.mul_(2)
+            self.handle = dist.all_reduce(self.buf, async_op=True)
+
+    def finish(self):
+        self.handle.wait()
+        return self.buf.sum()
+""",
     ]
 
     INVALID = [
@@ -182,6 +198,17 @@ class Prefetcher:
     def step(self, model):
         return model(self.staged_batch)
 """,
+        # A collective's output is written by the collective (collectives.py): all-gathered on `side`, read on
+        # the current stream with no wait.
+        """
+import torch
+import torch.distributed as dist
+
+def gather(shard, out, side):
+    with torch.cuda.stream(side):
+        dist.all_gather_into_tensor(out, shard)  # expect: SC101
+    return out.sum()
+""",
     ]
 
     def check(self, program: Program) -> Iterable[Finding]:
@@ -226,7 +253,7 @@ def _gradient_reads(program: Program) -> Iterable[Finding]:
 
 
 def _collective_waited_before(program: Program, reader: Function, read: Access) -> bool:
-    return any(o.target == COMM and (o.line, o.column) < (read.line, read.column)
+    return any((o.target == COMM or o.target.startswith(WORK)) and (o.line, o.column) < (read.line, read.column)
                for o in orderings_of(program, reader))
 
 

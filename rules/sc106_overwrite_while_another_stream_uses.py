@@ -142,6 +142,8 @@ def run(t, s1, s2):
                     for other_fn, other in matching(program, writer, write, other_kind):
                         if other_fn is writer and other == write:
                             continue
+                        if kind == "WAW" and _reads_in_place(writer, write):
+                            continue  # an in-place collective reads first: SC101 reports the pair as RAW
                         for other_ctx in contexts(program, other_fn, other):
                             if self._races(program, other_ctx, write_ctx, kind):
                                 found.append((other_ctx, write_ctx, kind))
@@ -157,6 +159,12 @@ def run(t, s1, s2):
         if kind != "WAW" or not both_regions or earlier.function is later.function:
             return False
         return unordered(program, earlier, later) and _first(earlier, later)
+
+
+def _reads_in_place(function: Function, write: Access) -> bool:
+    """The write also reads what it overwrites, at the same place (`dist.all_reduce(t)`)."""
+    return any(a.kind == "read" and a.path == write.path and (a.line, a.column) == (write.line, write.column)
+               for a in function.facts.accesses)
 
 
 def _first(first: Context, second: Context) -> bool:

@@ -125,10 +125,11 @@ def test_reads_in_regions_and_collectives(facts):
         ("self.side", line_of(SOURCE, "get_accelerator().stream"), line_of(SOURCE, "with torch.cuda.stream(torch.cuda.current_stream())") + 1)]
     reads = [(a.path, a.op, a.region, a.collective) for a in fetch.accesses if a.kind == "read"]
     assert ("p.ds_secondary_tensor", "to", 0, False) in reads
-    assert ("self.gathered", "all_gather_into_tensor", 0, True) in reads
-    # `out = torch.cat(...)` is a new tensor written by `cat` on the region's stream (a hidden producer) ...
-    writes = [(a.path, a.op, a.region) for a in fetch.accesses if a.kind == "write"]
-    assert writes == [("out", "cat", 0)]
+    assert ("self.gathered", "all_gather_into_tensor", 0, True) not in reads
+    # `out = torch.cat(...)` is a new tensor written by `cat` on the region's stream (a hidden producer), and the
+    # all-gather's output is written by the collective (collectives.py), not read ...
+    writes = [(a.path, a.op, a.region, a.collective) for a in fetch.accesses if a.kind == "write"]
+    assert writes == [("out", "cat", 0, False), ("self.gathered", "all_gather_into_tensor", 0, True)]
     # ... so its reads are kept: by the collective in the region and by `.sum()` after it.
     assert [(path, op, region) for path, op, region, _ in reads if path == "out"] == [
         ("out", "all_gather_into_tensor", 0), ("out", "sum", -1)]

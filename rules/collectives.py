@@ -1,0 +1,42 @@
+"""Which arguments a collective writes: the one table both the facts and the hazard rules read.
+
+A collective called without `async_op=True` is ordered on the stream that launches it (the launching stream waits
+for the communication stream before its next kernel), so its outputs are written on that stream; with
+`async_op=True` they are written on the communication stream until the handle is waited (SC105's business).
+Names are matched on the callee's last name, so DeepSpeed's `dist.allgather_fn` and torch's
+`dist.all_gather_into_tensor` read the same row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Outputs:
+    positions: tuple[int, ...] = ()  # positional arguments written
+    keywords: tuple[str, ...] = ()  # keyword arguments written
+    in_place: bool = False  # the written argument is also read (all-reduce, broadcast)
+
+
+_FIRST_OUT = Outputs((0,), ("output", "output_tensor", "output_tensor_list", "tensor_list", "output_tensors",
+                            "output_tensor_lists", "out"))
+_IN_PLACE = Outputs((0,), ("tensor", "tensors", "tensor_list"), in_place=True)
+
+COLLECTIVE_OUTPUTS: dict[str, Outputs] = {
+    **dict.fromkeys(("all_gather", "all_gather_into_tensor", "_all_gather_base", "all_gather_coalesced",
+                     "allgather_fn", "all_gather_base", "reduce_scatter", "reduce_scatter_tensor",
+                     "_reduce_scatter_base", "reduce_scatter_fn", "reduce_scatter_coalesced", "all_to_all",
+                     "all_to_all_single"), _FIRST_OUT),
+    **dict.fromkeys(("all_reduce", "all_reduce_coalesced", "allreduce_fn", "inference_all_reduce", "broadcast",
+                     "reduce"), _IN_PLACE),
+    "recv": Outputs((0,), ("tensor",)),
+    "irecv": Outputs((0,), ("tensor",)),
+    "gather": Outputs((1,), ("gather_list",)),
+    "scatter": Outputs((0,), ("tensor",)),
+}
+
+
+def outputs_of(callee: str) -> Outputs | None:
+    """The row for a collective's dotted callee text, or None (all its tensor arguments are only read)."""
+    return COLLECTIVE_OUTPUTS.get(callee.rsplit(".", 1)[-1])
