@@ -33,3 +33,11 @@ def _discover() -> tuple[type[Rule], ...]:
 def all_rules() -> list[type[Rule]]:
     """Every rule class, sorted by id."""
     return list(_discover())
+
+
+def catalogue_entries() -> list:
+    """The rules' entries in the rule catalogue (streamcheck/catalogue.py): the docstring is the documentation."""
+    from streamcheck.catalogue import STATIC, entry, name_from_module
+
+    return [entry(rule.id, rule.summary, rule.documentation(), STATIC, name_from_module(rule.__module__, rule.id))
+            for rule in all_rules()]

@@ -1,4 +1,4 @@
-"""`streamcheck explain SC101`: print a rule's documentation from the rule's own docstring.
+"""`streamcheck explain SC101`: print a rule's documentation from the rule catalogue (streamcheck/catalogue.py).
 
 Covers the rules package's rules, the two the scan driver reports itself (SC001 unscannable file, SC002 unused
 suppression) and the runtime detector's SC201-SC203. Without a rule id it lists them all.
@@ -15,7 +15,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from streamcheck.docs import catalogue
+    from streamcheck.catalogue import catalogue
 
     docs = catalogue()
     if not args.rule:

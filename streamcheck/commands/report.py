@@ -128,10 +128,10 @@ def runtime_context(merged, color: bool = False):
     from streamcheck.cli import _version
     from streamcheck.report import ReportContext
     from streamcheck.instrument.offline.race_text import layout as race_layout
-    from streamcheck.instrument.offline.race_view import RUNTIME_RULES
+    from streamcheck.catalogue import RUNTIME, catalogue
 
     ranks = sorted(merged.ranks)
     scope = f"{len(ranks)} rank{'s' if len(ranks) != 1 else ''}" if ranks else "no rank"
-    return ReportContext(tool_version=_version(), rules=dict(RUNTIME_RULES), scope=scope, layout=race_layout,
+    return ReportContext(tool_version=_version(), rules=catalogue(RUNTIME), scope=scope, layout=race_layout,
                          color=color)
 

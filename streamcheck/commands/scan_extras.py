@@ -63,7 +63,7 @@ def statistics(findings, out=None) -> None:
         counts[finding.rule] = counts.get(finding.rule, 0) + 1
         fixable[finding.rule] = fixable.get(finding.rule, False) or derive_fix(finding) is not None
     try:
-        from streamcheck.docs import catalogue
+        from streamcheck.catalogue import catalogue
 
         summaries = {rule_id: doc.summary for rule_id, doc in catalogue().items()}
     except Exception:  # noqa: BLE001 - statistics without summaries are still statistics

@@ -13,20 +13,11 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, TextIO
 
+from streamcheck.catalogue import RuleInfo, lookup
 from streamcheck.findings import Finding
 
 FORMATS = {"text": "text", "concise": "concise", "json": "json_format", "sarif": "sarif", "github": "github",
            "gitlab": "gitlab", "junit": "junit", "pylint": "pylint_format"}
-
-
-@dataclass(frozen=True)
-class RuleInfo:
-    """What a report says about a rule: a one-line summary and its full documentation (what, why, example, fix)."""
-
-    id: str
-    summary: str = ""
-    documentation: str = ""
-    name: str = ""  # PascalCase, e.g. CrossStreamConsumer (SARIF's rule name); "" -> streamcheck.docs.rule_name
 
 
 @dataclass
@@ -51,7 +42,9 @@ class ReportContext:
     root: str = ""  # sarif: the folder URIs are relative to; "" -> the git repository around the current folder
 
     def rule(self, rule_id: str) -> RuleInfo:
-        return self.rules.get(rule_id) or RuleInfo(rule_id)
+        """What the report says about a rule: the context's own entry (a scan's backend may bring rules of its own),
+        else the rule catalogue's."""
+        return self.rules.get(rule_id) or lookup(rule_id)
 
 
 def write_report(fmt: str, findings: Iterable[Finding], out: TextIO, context: ReportContext) -> None:

@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import quote
 
+from streamcheck.catalogue import RUNTIME
+from streamcheck.constants import PROJECT_URL
 from streamcheck.findings import Finding, Location
 from streamcheck.report import ReportContext
 
@@ -38,8 +40,6 @@ def write(findings: list[Finding], out: TextIO, context: ReportContext) -> None:
 
 
 def document(findings: list[Finding], context: ReportContext) -> dict[str, Any]:
-    from streamcheck.docs import PROJECT_URL
-
     root = Path(context.root or repository_root(os.getcwd()))
     rule_ids = sorted({f.rule for f in findings} | set(context.rules))
     index = {rule_id: i for i, rule_id in enumerate(rule_ids)}
@@ -81,26 +81,20 @@ def repository_root(start: str) -> str:
 
 
 def _rule(context: ReportContext, rule_id: str) -> dict[str, Any]:
-    from streamcheck.docs import help_uri, rule_name, to_markdown
-
     info = context.rule(rule_id)
-    rule: dict[str, Any] = {"id": rule_id, "name": info.name or rule_name(rule_id),
+    rule: dict[str, Any] = {"id": rule_id, "name": info.name or rule_id,
                             "shortDescription": {"text": info.summary or rule_id}}
     if info.documentation:
         # The paragraph after the title line: "What it does: ..." in the rules' docstring layout.
         paragraphs = [p.strip() for p in info.documentation.split("\n\n") if p.strip()]
         rule["fullDescription"] = {"text": " ".join((paragraphs[1] if len(paragraphs) > 1 else paragraphs[0]).split())}
-        rule["help"] = {"text": info.documentation, "markdown": to_markdown(info.documentation)}
-    rule["helpUri"] = help_uri(rule_id)
-    level = "warning" if rule_id == "SC002" else "error"
-    rule["defaultConfiguration"] = {"level": level}
-    runtime = rule_id.startswith("SC2")
+        rule["help"] = {"text": info.documentation, "markdown": info.markdown}
+    rule["helpUri"] = info.help_uri
+    rule["defaultConfiguration"] = {"level": info.level}
     rule["properties"] = {
-        "tags": ["correctness", "concurrency", "cuda", "pytorch", "runtime" if runtime else "static"],
-        # Runtime races were observed in an execution; SC001/SC002 are facts about the file; static rules are
-        # queries over a model that can miss an ordering the code has.
-        "precision": "very-high" if runtime or rule_id in ("SC001", "SC002") else "high",
-        "problem.severity": level,
+        "tags": ["correctness", "concurrency", "cuda", "pytorch", "runtime" if info.origin == RUNTIME else "static"],
+        "precision": info.precision,
+        "problem.severity": info.level,
     }
     return rule
 
