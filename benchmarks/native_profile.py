@@ -1,0 +1,197 @@
+"""Where streamcheck's per-op cost goes, one GPU, one process: each layer of the native backend switched on in turn.
+
+    python3 benchmarks/native_profile.py [--setup deepspeed-zero2-overlap] [--steps 8] [--phases a,b,...] [--profile N]
+
+The same training loop (benchmarks/frameworks_workloads.py) runs `--steps` steps per phase, in this order, after
+one unmeasured step each:
+- plain: nothing installed;
+- passthrough: a TorchDispatchMode that only counts ops (what any Python per-op hook costs first);
+- hook_noop: the native hook active, its Python callback a no-op (C++ plans, ranges, boxing, one Python call);
+- trace_callbacks: torch's GPU trace callbacks routed to a Recorder, no per-op hook;
+- watch_null_sink: a full native watch whose Recorder feeds a sink that does nothing (the Python half, no detector);
+- watch: a full native watch (the default);
+- window_closed: a watch with `steps=(10**6, 10**6 + 1)`: installed, never instrumenting;
+- window: `steps=(2, 4)` of the phase's steps (its findings are printed);
+- watch_mode: a full watch on the dispatch mode.
+Printed per phase: median step (ms), ratio to plain, and (for phases that count ops) µs per op over plain.
+`--profile N` then runs N steps of a full native watch under cProfile and prints the top functions by own time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import pstats
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))  # the workloads; streamcheck itself comes installed
+
+PHASES = ("plain", "passthrough", "hook_noop", "trace_callbacks", "watch_null_sink", "watch", "window_closed",
+          "window", "watch_mode")
+
+
+class NullSink:
+    """A sink that takes every Detector call and does nothing."""
+
+    races: list = []
+    stream_names: dict = {}
+    storage_infos: dict = {}
+    allocations: dict = {}
+    seq = 0
+
+    def __getattr__(self, name):
+        return _nothing
+
+
+def _nothing(*args, **kwargs):
+    return None
+
+
+class Phase:
+    def __init__(self, name: str, steps: int) -> None:
+        self.name = name
+        self.steps = steps
+        self.ops = 0
+        self.undo = []
+        self.watch = None
+
+    def start(self) -> None:
+        name = self.name
+        if name == "passthrough":
+            from torch.utils._python_dispatch import TorchDispatchMode
+
+            phase = self
+
+            class CountingMode(TorchDispatchMode):
+                def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                    phase.ops += 1
+                    return func(*args, **(kwargs or {}))
+
+            mode = CountingMode()
+            mode.__enter__()
+            self.undo.append(lambda: mode.__exit__(None, None, None))
+        elif name == "hook_noop":
+            from streamcheck.instrument import native
+
+            module = native.load()
+            phase = self
+
+            def on_access(*args):
+                phase.ops += 1
+
+            module.install(on_access, native._ignore, native._ignore, native._ignore)
+            module.set_active(True)
+            module.watch_this_thread(True)
+
+            def undo():
+                module.watch_this_thread(False)
+                module.set_active(False)
+                module.install(native._ignore, native._ignore, native._ignore, native._ignore)
+
+            self.undo.append(undo)
+        elif name == "trace_callbacks":
+            from streamcheck.instrument import cuda_trace
+            from streamcheck.instrument.detector import Detector
+            from streamcheck.instrument.recorder import Recorder
+
+            cuda_trace.install(Recorder(Detector()))
+            self.undo.append(cuda_trace.uninstall)
+        elif name in ("watch_null_sink", "watch", "window_closed", "window", "watch_mode"):
+            import streamcheck
+
+            options = {"echo": False}
+            if name == "window_closed":
+                options["steps"] = (10**6, 10**6 + 1)
+            if name == "window":
+                options["steps"] = (2, 4)
+            if name == "watch_mode":
+                options["backend"] = "mode"
+            self.watch = streamcheck.watch(f"/tmp/native-profile-{name}", **options)
+            self.watch.start()
+            if name == "watch_null_sink":
+                self.watch.recorder.sink = NullSink()
+                self.watch.recorder.free_can_race = None
+
+    def stop(self) -> dict:
+        while self.undo:
+            self.undo.pop()()
+        out: dict = {}
+        if self.watch is not None:
+            findings = self.watch.stop()
+            out["findings"] = [f"{f.rule} {f.kind} x{f.count}: {f.message[:160]}" for f in findings]
+            out["errors"] = list(self.watch.errors)
+            out["backend"] = self.watch.backend
+            out["events"] = getattr(self.watch.detector, "seq", None)
+        return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--setup", default="deepspeed-zero2-overlap")
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--phases", default=",".join(PHASES))
+    parser.add_argument("--profile", type=int, default=0)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    from frameworks_workloads import SETUPS
+
+    loop = SETUPS[args.setup](args.steps)
+    loop.run(2)
+    results: dict = {}
+    ops_per_step = None
+    for name in args.phases.split(","):
+        phase = Phase(name, args.steps)
+        phase.start()
+        loop.run(1)
+        phase.ops = 0
+        times, losses = loop.run(args.steps)
+        extra = phase.stop()
+        median = statistics.median(times)
+        if phase.ops:
+            ops_per_step = phase.ops / args.steps
+        results[name] = {"median_ms": median, "step_ms": times, "ops_per_step": phase.ops / args.steps, **extra}
+        print(f"[{name}] median {median:.2f} ms; steps {' '.join(f'{t:.1f}' for t in times)}"
+              + (f"; ops/step {phase.ops / args.steps:.0f}" if phase.ops else ""), flush=True)
+    plain = results.get("plain", {}).get("median_ms")
+    print(f"\nsetup {args.setup}, torch {torch.__version__}, {args.steps} steps per phase, one process, this order")
+    print(f"{'phase':<18}{'median':>10}{'vs plain':>10}{'us/op over plain':>18}")
+    for name, r in results.items():
+        ratio = f"{r['median_ms'] / plain:.2f}x" if plain else "-"
+        per_op = f"{(r['median_ms'] - plain) * 1000 / ops_per_step:.2f}" if plain and ops_per_step else "-"
+        print(f"{name:<18}{r['median_ms']:>8.2f}ms{ratio:>10}{per_op:>18}")
+        for finding in r.get("findings", []):
+            print(f"    {finding}")
+        if r.get("errors"):
+            print(f"    errors: {r['errors']}")
+    if args.profile:
+        import streamcheck
+
+        watch = streamcheck.watch("/tmp/native-profile-cprofile", echo=False)
+        watch.start()
+        loop.run(1)
+        profiler = cProfile.Profile()
+        profiler.enable()
+        started = time.perf_counter()
+        loop.run(args.profile)
+        wall = time.perf_counter() - started
+        profiler.disable()
+        watch.stop()
+        text = io.StringIO()
+        pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(30)
+        print(f"\ncProfile of {args.profile} watched steps ({wall:.2f} s under the profiler):")
+        print(text.getvalue()[-9000:])
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
