@@ -24,6 +24,7 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
 
+#include "detector_py.h"
 #include "memory.h"
 #include "plans.h"
 #include "sites.h"
@@ -204,6 +205,7 @@ TORCH_LIBRARY_IMPL(_, TESTING_ONLY_GenericMode, m) {
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "streamcheck's per-op hook (see instrument/native_hook/hook.cpp)";
+  bind_detector(m);
   m.def("install", &install, "Set the Python callbacks: on_access, on_special, after_special, on_error");
   m.def("set_active", [](bool active) { state().active = active; });
   m.def("set_plan_source", [](py::object source) {

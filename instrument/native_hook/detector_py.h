@@ -1,0 +1,124 @@
+// The C++ Detector (detector.h) as a Python class, `Core`: actors, ops and ranges as Python gives them (strings,
+// (storage, start, end) sequences); races taken as plain tuples. instrument/native_detector.py wraps it in the
+// Python Detector's interface.
+#pragma once
+
+#include <torch/extension.h>
+
+#include "detector.h"
+
+namespace streamcheck_native {
+
+namespace py = pybind11;
+
+inline std::vector<Range3> ranges_of(const py::handle& ranges) {
+  std::vector<Range3> out;
+  if (ranges.is_none()) return out;
+  for (const py::handle& item : ranges) {
+    py::sequence r = py::reinterpret_borrow<py::sequence>(item);
+    out.push_back({r[0].cast<uint64_t>(), r[1].cast<int64_t>(), r[2].cast<int64_t>()});
+  }
+  return out;
+}
+
+inline py::tuple access_tuple(const Detector& d, const Access& a) {
+  return py::make_tuple(d.actor_name(a.actor), d.actor_name(a.thread), a.is_write, a.site, d.op_name(a.op), a.seq,
+                        a.clock, a.stream >= 0 ? d.actor_name(a.stream) : std::string());
+}
+
+inline const char* kind_name(char kind) {
+  switch (kind) {
+    case 'R': return "RAW";
+    case 'A': return "WAR";
+    case 'W': return "WAW";
+    case 'F': return "FREE";
+    default: return "HOST";
+  }
+}
+
+inline py::object allocation_tuple(const Detector& d, const Allocation& a) {
+  py::object recorded = py::none();
+  if (a.has_recorded) {
+    py::set names;
+    for (int s : a.recorded) names.add(py::str(d.actor_name(s)));
+    recorded = names;
+  }
+  return py::make_tuple(a.stream >= 0 ? py::object(py::str(d.actor_name(a.stream))) : py::object(py::none()), a.size,
+                        a.site, recorded);
+}
+
+// (kind, storage, start, end, earlier, later, reuse or None, allocation or None) per race found since the last call
+inline py::list take_races(Detector& d) {
+  py::list out;
+  for (const Race& r : d.races) {
+    out.append(py::make_tuple(kind_name(r.kind), r.storage, r.start, r.end, access_tuple(d, r.earlier),
+                              access_tuple(d, r.later), r.has_reuse ? py::object(access_tuple(d, r.reuse)) : py::none(),
+                              r.has_allocation ? allocation_tuple(d, r.allocation) : py::none()));
+  }
+  d.races.clear();
+  return out;
+}
+
+inline void bind_detector(py::module& m) {
+  using D = Detector;
+  auto id = [](D& d, const std::string& name) { return d.actor_id(name); };
+  py::class_<D>(m, "Core", "The race detector of instrument/detector.py in C++ (instrument/native_hook/detector.h)")
+      .def(py::init<>())
+      .def_readwrite("seq", &D::seq)
+      .def("has_races", [](const D& d) { return !d.races.empty(); })
+      .def("take_races", &take_races)
+      .def("stream_created", [id](D& d, const std::string& t, const std::string& s) { d.stream_created(id(d, t), id(d, s)); })
+      .def("event_record", [id](D& d, const std::string& t, uint64_t e, const std::string& s) { d.event_record(id(d, t), e, id(d, s)); })
+      .def("event_wait", [id](D& d, const std::string& t, uint64_t e, const std::string& s) { d.event_wait(id(d, t), e, id(d, s)); })
+      .def("event_destroy", [](D& d, uint64_t e) { d.event_destroy(e); })
+      .def("sync_event", [id](D& d, const std::string& t, uint64_t e) { d.sync_event(id(d, t), e); })
+      .def("sync_stream", [id](D& d, const std::string& t, const std::string& s) { d.sync_stream(id(d, t), id(d, s)); })
+      .def("sync_device", [id](D& d, const std::string& t, int device) { d.sync_device(id(d, t), device); })
+      .def("thread_start", [id](D& d, const std::string& p, const std::string& c) { d.thread_start(id(d, p), id(d, c)); })
+      .def("thread_join", [id](D& d, const std::string& p, const std::string& c) { d.thread_join(id(d, p), id(d, c)); })
+      .def("kernel", [id](D& d, const std::string& t, const std::string& s, py::handle reads, py::handle writes,
+                          int64_t site, const std::string& op) {
+        d.kernel(id(d, t), id(d, s), ranges_of(reads), ranges_of(writes), site, d.op_id(op));
+      })
+      .def("host_access", [id](D& d, const std::string& t, py::handle reads, py::handle writes, int64_t site,
+                               const std::string& op) {
+        d.host_access(id(d, t), ranges_of(reads), ranges_of(writes), site, d.op_id(op));
+      })
+      .def("collective", [id](D& d, const std::string& t, const std::string& s, const std::string& comm,
+                              py::handle reads, py::handle writes, bool async_op, py::object work, int64_t site,
+                              const std::string& op) {
+        bool has_work = !work.is_none();
+        d.collective(id(d, t), id(d, s), id(d, comm), ranges_of(reads), ranges_of(writes), async_op, has_work,
+                     has_work ? work.cast<uint64_t>() : 0, site, d.op_id(op));
+      })
+      .def("work_wait", [id](D& d, const std::string& t, const std::string& s, uint64_t w, bool blocking) {
+        d.work_wait(id(d, t), id(d, s), w, blocking);
+      })
+      .def("forget_accesses", &D::forget_accesses)
+      .def("forget_work", &D::forget_work)
+      .def("alloc", [id](D& d, uint64_t storage, int64_t size, const std::string& s, int64_t site) {
+        d.alloc(storage, size, id(d, s), site);
+      })
+      .def("record_stream", [id](D& d, uint64_t storage, const std::string& s) { d.record_stream(storage, id(d, s)); })
+      .def("free", [id](D& d, const std::string& t, uint64_t storage, int64_t site) { d.free(id(d, t), storage, site); })
+      .def("free_can_race", &D::free_can_race)
+      .def("allocation", [](const D& d, uint64_t storage) -> py::object {
+        const Allocation* a = d.allocation(storage);
+        return a == nullptr ? py::none() : allocation_tuple(d, *a);
+      })
+      .def("sizes", [](const D& d) {
+        D::Sizes z = d.sizes();
+        py::dict out;
+        out["storages"] = z.storages;
+        out["segments"] = z.segments;
+        out["actors"] = z.actors;
+        out["events"] = z.events;
+        out["works"] = z.works;
+        out["allocations"] = z.allocations;
+        out["pending_frees"] = z.pending_frees;
+        out["bytes"] = z.bytes;
+        return out;
+      });
+}
+
+}  // namespace streamcheck_native
