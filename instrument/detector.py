@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Optional
 
 from .clocks import Clocks, join
+from .names import Names
 from .shadow import MIXED, StorageShadow
 
 Ranges = Iterable  # of (storage, start, end)
@@ -117,9 +118,9 @@ class Detector:
         self.clocks = Clocks()
         self.shadows: dict[int, StorageShadow] = {}
         self.allocations: dict[int, Allocation] = {}
-        self.sites: dict[int, list] = {}
-        self.stream_names: dict[str, str] = {}
-        self.storage_infos: dict[int, dict] = {}
+        self.names = Names()  # what the trace says about sites, streams and storages, for findings
+        self.sites, self.stream_names, self.storage_infos = (self.names.sites, self.names.stream_names,
+                                                              self.names.storage_infos)
         self.header: dict = {}
         self.seq = 0  # index of the next event
         # stream -> {thread: clocks.received[thread] at the thread's last full join into the stream} (kernel())

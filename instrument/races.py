@@ -1,69 +1,45 @@
-"""Race -> Finding: where the two accesses are, which stream waits for which, and the edge that would fix it.
+"""Race -> Finding, the one place where the runtime's races become findings (the watch, `streamcheck report`'s
+replay of a trace, `streamcheck analyze` and the GPU tests all call `race_finding`). Torch-free.
 
-Rule ids: SC201 a RAW / WAR / WAW race between streams, SC202 FREE (freed while another stream may still use it),
-SC203 HOST (the host touches memory a stream still owns, or a stream touches memory the host is still using).
-The primary location is the later access; related: the earlier access (role write/read) and a "sync" location —
-the earlier site, after which the missing edge must start.
+Rule ids (instrument/runtime_rules.py): SC201 a RAW / WAR / WAW race between streams, SC202 FREE (freed while
+another stream may still use it), SC203 HOST (the host touches memory a stream still owns, or a stream touches
+memory the host is still using). The primary location is the later access; related: the earlier access (role
+write/read) and a "sync" location, the earlier site, after which the missing edge must start.
+
+The finding carries the race itself in `extra` (storage, byte range, the two accesses, the streams' names, both call
+stacks, and what the run adds: rank, pid, world size, the tensor), and its message and fix in the detector's words
+(actor ids). A report re-tells it from `extra` alone in words a person knows (instrument/offline/race_view.py
+`enrich`): nothing reads the message back.
 """
 
 from __future__ import annotations
 
 import linecache
-from typing import Mapping
+from typing import Any
 
 from streamcheck.findings import ROLE_FREE, ROLE_READ, ROLE_SYNC, ROLE_WRITE, Finding, Location
 
 from .detector import Access, Race
+from .names import Names
+from .runtime_rules import RULE_OF_KIND
 
-RULE_OF_KIND = {"RAW": "SC201", "WAR": "SC201", "WAW": "SC201", "FREE": "SC202", "HOST": "SC203"}
+__all__ = ["Names", "RULE_OF_KIND", "race_finding", "missing_edge"]
 
 
-class Names:
-    """What a trace says about sites, streams and storages, for messages."""
+def location(names: Names, access: Access, role: str, note: str = "") -> Location:
+    frame = names.frame(access.site)
+    if frame is None:
+        return Location(path="<unknown>", line=0, role=role, note=note or f"{access.op} on {access.actor}")
+    path, line, function = frame
+    snippet = linecache.getline(path, line).strip() if line > 0 else ""
+    return Location(path=path, line=line, role=role, note=note or function, snippet=snippet)
 
-    def __init__(self, sites: Mapping[int, list] | None = None, stream_names: Mapping[str, str] | None = None,
-                 storage_infos: Mapping[int, dict] | None = None) -> None:
-        self.sites = sites or {}
-        self.stream_names = stream_names or {}
-        self.storage_infos = storage_infos or {}
 
-    @classmethod
-    def of(cls, source) -> "Names":
-        """From anything with `sites`, `stream_names` and `storage_infos` (a Detector, a HappensBefore graph)."""
-        return cls(source.sites, source.stream_names, source.storage_infos)
-
-    def frame(self, site: int) -> tuple[str, int, str] | None:
-        frames = self.sites.get(site)
-        if not frames:
-            return None
-        path, line, function = (list(frames[0]) + ["", 0, ""])[:3]
-        return str(path), int(line or 0), str(function)
-
-    def where(self, site: int) -> str:
-        """"file.py:12" for a known site, "an unknown site" otherwise. Paths are shortened to the file name."""
-        frame = self.frame(site)
-        if frame is None:
-            return "an unknown site"
-        return f"{frame[0].rsplit('/', 1)[-1]}:{frame[1]}"
-
-    def location(self, access: Access, role: str, note: str = "") -> Location:
-        frame = self.frame(access.site)
-        if frame is None:
-            return Location(path="<unknown>", line=0, role=role, note=note or f"{access.op} on {access.actor}")
-        path, line, function = frame
-        snippet = linecache.getline(path, line).strip() if line > 0 else ""
-        return Location(path=path, line=line, role=role, note=note or function, snippet=snippet)
-
-    def actor(self, actor: str) -> str:
-        """"cuda:0/s1 (side stream created at coordinator.py:115)" when the trace named it."""
-        name = self.stream_names.get(actor)
-        return f"{actor} ({name})" if name else actor
-
-    def storage(self, race: Race) -> str:
-        info = self.storage_infos.get(race.storage) or {}
-        label = info.get("name") or f"storage 0x{race.storage:x}"
-        shape = f" {info['dtype']}{list(info['shape'])}" if "shape" in info and "dtype" in info else ""
-        return f"{label}{shape} bytes [{race.start}, {race.end})"
+def _storage(race: Race, names: Names) -> str:
+    info = names.storage_infos.get(race.storage) or {}
+    label = info.get("name") or f"storage 0x{race.storage:x}"
+    shape = f" {info['dtype']}{list(info['shape'])}" if "shape" in info and "dtype" in info else ""
+    return f"{label}{shape} bytes [{race.start}, {race.end})"
 
 
 def _verb(access: Access) -> str:
@@ -117,32 +93,33 @@ def _doer(access: Access, names: Names) -> str:
     return names.actor(access.actor)
 
 
-def race_finding(race: Race, names: Names) -> Finding:
+def race_finding(race: Race, names: Names, **run: Any) -> Finding:
+    """The finding of one race. `run`: what the run adds to `extra` (rank, pid, world_size, tensor, ...)."""
     earlier, later = race.earlier, race.later
     fix = missing_edge(race, names)
-    message = (f"{_verb(later)} of {names.storage(race)} by {_doer(later, names)} at {names.where(later.site)} is "
+    message = (f"{_verb(later)} of {_storage(race, names)} by {_doer(later, names)} at {names.where(later.site)} is "
                f"not ordered after the {_verb(earlier)} by {_doer(earlier, names)} at {names.where(earlier.site)}")
-    primary = names.location(later, ROLE_READ if not later.is_write else ROLE_WRITE)
+    primary = location(names, later, ROLE_READ if not later.is_write else ROLE_WRITE)
     related: tuple = ()
     if later.op == "free":
-        primary = names.location(later, ROLE_FREE)
+        primary = location(names, later, ROLE_FREE)
     reuse = race.reuse
     if reuse is not None:  # a FREE reported where the block can be reused: the pool stream's next work
-        message = (f"reuse of {names.storage(race)} by {names.actor(reuse.actor)} at {names.where(reuse.site)} "
+        message = (f"reuse of {_storage(race, names)} by {names.actor(reuse.actor)} at {names.where(reuse.site)} "
                    f"({reuse.op or 'its next work'}, the pool stream's next work after the free at "
                    f"{names.where(later.site)}) is not ordered after the {_verb(earlier)} by "
                    f"{_doer(earlier, names)} at {names.where(earlier.site)}: the caching allocator may hand the "
                    f"block to this work while that {_verb(earlier)} still runs")
-        related = (names.location(later, ROLE_FREE, note=f"freed here by thread {later.thread}, without "
-                                  f"record_stream({earlier.actor})"),)
-        primary = names.location(reuse, ROLE_WRITE, note=f"{reuse.op} on {reuse.actor}: may reuse the freed block")
+        related = (location(names, later, ROLE_FREE,
+                            note=f"freed here by thread {later.thread}, without record_stream({earlier.actor})"),)
+        primary = location(names, reuse, ROLE_WRITE, note=f"{reuse.op} on {reuse.actor}: may reuse the freed block")
     related += (
-        names.location(earlier, ROLE_WRITE if earlier.is_write else ROLE_READ),
-        names.location(earlier, ROLE_SYNC, note=f"the missing edge starts after this {_verb(earlier)}: "
-                       f"{_waiter(later)} must wait for {earlier.actor} here"),
+        location(names, earlier, ROLE_WRITE if earlier.is_write else ROLE_READ),
+        location(names, earlier, ROLE_SYNC, note=f"the missing edge starts after this {_verb(earlier)}: "
+                 f"{_waiter(later)} must wait for {earlier.actor} here"),
     )
     frame = names.frame(later.site)
-    extra = {
+    extra: dict[str, Any] = {
         "storage": race.storage,
         "start": race.start,
         "end": race.end,
@@ -151,6 +128,12 @@ def race_finding(race: Race, names: Names) -> Finding:
     }
     if reuse is not None:
         extra["reuse"] = _access_dict(reuse)
+    streams = names.streams_of((earlier.actor, earlier.stream, later.actor, later.stream))
+    if streams:
+        extra["streams"] = streams
+    extra.update({key: value for key, value in run.items() if value not in (None, {}, "")})
+    extra["earlier_stack"] = names.stack(earlier.site)
+    extra["later_stack"] = names.stack(later.site)
     return Finding(rule=RULE_OF_KIND[race.kind], message=message, primary=primary, related=related, fix=fix,
                    kind=race.kind, symbol=frame[2] if frame else "", extra=extra)
 

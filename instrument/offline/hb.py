@@ -38,6 +38,7 @@ import networkx as nx
 
 from streamcheck.instrument.clocks import device_of
 from streamcheck.instrument.detector import Access, Race, race_kind
+from streamcheck.instrument.names import Names
 from streamcheck.instrument.trace import EVENTS, event_arguments
 
 Intervals = list  # sorted, disjoint [(start, end), ...]
@@ -95,9 +96,9 @@ class HappensBefore:
         self.find_races = find_races  # False: only the graph (for witnesses), skipping the quadratic race search
         self.graph = nx.DiGraph()
         self.chains: dict[str, list[int]] = {}
-        self.sites: dict[int, list] = {}
-        self.stream_names: dict[str, str] = {}
-        self.storage_infos: dict[int, dict] = {}
+        self.names = Names()  # the trace's site / stream_name / storage_info events
+        self.sites, self.stream_names, self.storage_infos = (self.names.sites, self.names.stream_names,
+                                                              self.names.storage_infos)
         self.access_nodes: dict[tuple[int, str], int] = {}  # (seq, actor) -> node
         self._found: list[Race] = []
         self._events: dict[int, int] = {}

@@ -298,18 +298,15 @@ def _findings_of_trace(trace: TraceInput, report: MergedReport) -> dict[str, Fin
 
 
 def race_findings(detector, rank: int) -> dict[str, Finding]:
-    """The races a replayed detector found, as the watch reports them (rank, stacks), deduplicated by fingerprint:
-    the first race of each, with `count` the number of races of that fingerprint. Also for `streamcheck analyze`."""
+    """The races a replayed detector found, as the watch reports them (instrument/races.py race_finding),
+    deduplicated by merge key: the first race of each, with `count` the number of races of that key. Also for
+    `streamcheck analyze`."""
     from streamcheck.instrument.races import Names, race_finding
 
     names = Names.of(detector)
     found: dict[str, Finding] = {}
     for race in detector.races:
-        finding = race_finding(race, names)
-        extra = {**finding.extra, "rank": rank,
-                 "earlier_stack": _stack(detector.sites, race.earlier.site),
-                 "later_stack": _stack(detector.sites, race.later.site)}
-        finding = replace(finding, extra=extra)
+        finding = race_finding(race, names, rank=rank)
         key = merge_key(finding)
         seen = found.get(key)
         found[key] = finding if seen is None else replace(seen, count=seen.count + 1)
@@ -322,11 +319,6 @@ def merge_key(finding: Finding) -> str:
     lines = [str(finding.primary.line)] + [f"{loc.role}:{loc.path}:{loc.line}" for loc in finding.related
                                            if loc.role in ("read", "write", "free")]
     return f"{finding.fingerprint}@{','.join(lines)}"
-
-
-def _stack(sites: dict, site: int) -> list[str]:
-    """As the watch writes it: "path:line in function", the blamed frame first."""
-    return [f"{frame[0]}:{frame[1]} in {frame[2]}" for frame in sites.get(site) or () if len(frame) >= 3]
 
 
 # ---- merging ----------------------------------------------------------------------------------------------------

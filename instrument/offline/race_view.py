@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from streamcheck.findings import ROLE_SYNC, Finding
+from streamcheck.instrument.names import Names
 
 _STREAM = re.compile(r"^cuda:(\d+)/s(\d+)$")
 _NCCL = re.compile(r"^nccl:(.+)/(\d+)$")
@@ -294,60 +295,11 @@ def headline(view: RaceView) -> str:
 
 
 # ---- enrich: what a recorded trace adds ------------------------------------------------------------------------------
-@dataclass
-class TraceNames:
-    """The naming facts of one recorded trace: stream names, storage infos, allocation sites, site frames."""
-
-    streams: dict[str, str] = field(default_factory=dict)
-    storages: dict[int, dict] = field(default_factory=dict)
-    alloc_sites: dict[int, int] = field(default_factory=dict)
-    sites: dict[int, list] = field(default_factory=dict)
-
-    @classmethod
-    def from_events(cls, events) -> "TraceNames":
-        names = cls()
-        for event in events:
-            names.add(event)
-        return names
-
-    def add(self, event: dict) -> None:
-        """Take in one trace event (those that name nothing are ignored); lets a replay collect names on its way."""
-        name = event.get("e")
-        if name == "stream_name" and "stream" in event:
-            self.streams[str(event["stream"])] = str(event.get("name", ""))
-        elif name == "storage_info" and "storage" in event:
-            self.storages[event["storage"]] = {k: v for k, v in event.items() if k not in ("e", "storage")}
-        elif name == "alloc" and "storage" in event:
-            self.alloc_sites[event["storage"]] = event.get("site", -1)
-        elif name == "site" and "id" in event:
-            self.sites[event["id"]] = event.get("frames") or []
-
-    def site_text(self, site: int) -> str:
-        frames = self.sites.get(site)
-        if not frames:
-            return ""
-        path, line = frames[0][0], frames[0][1]
-        return f"{str(path).rsplit('/', 1)[-1]}:{line}"
-
-
-# races.py writes a named actor as "cuda:0/s7 (side stream ...)" into the message
-_NAMED_ACTOR = re.compile(r"\b(cuda:\d+/s\d+|nccl:\S+?/\d+) \(([^()]*)\)")
-
-
-def names_in_message(message: str) -> dict[str, str]:
-    """Stream names the runtime put only into the message text (when `extra` has no "streams")."""
-    return {actor: name for actor, name in _NAMED_ACTOR.findall(message)}
-
-
-def enrich(finding: Finding, names: TraceNames | None = None, world_size: int = 0) -> Finding:
+def enrich(finding: Finding, names: Names | None = None, world_size: int = 0) -> Finding:
     """The finding with stream names and tensor facts in `extra`, and message / fix in those words."""
     if not is_runtime_finding(finding):
         return finding
     extra = dict(finding.extra)
-    if "streams" not in extra:
-        from_message = names_in_message(finding.message)
-        if from_message:
-            extra["streams"] = from_message
     if world_size and "world_size" not in extra:
         extra["world_size"] = world_size
     if names is not None:
@@ -355,13 +307,13 @@ def enrich(finding: Finding, names: TraceNames | None = None, world_size: int = 
                   extra["earlier"].get("stream")}
         streams = dict(extra.get("streams") or {})
         for actor in sorted(a for a in actors if a):
-            if actor in names.streams and actor not in streams:
-                streams[actor] = names.streams[actor]
+            if actor in names.stream_names and actor not in streams:
+                streams[actor] = names.stream_names[actor]
         if streams:
             extra["streams"] = streams
         storage = extra.get("storage")
-        if storage in names.storages or storage in names.alloc_sites:
-            tensor = dict(names.storages.get(storage, {}))
+        if storage in names.storage_infos or storage in names.alloc_sites:
+            tensor = dict(names.storage_infos.get(storage, {}))
             tensor.update(extra.get("tensor") or {})
             alloc = names.site_text(names.alloc_sites.get(storage, -1))
             if alloc and "alloc_site" not in tensor:

@@ -29,10 +29,11 @@ def run(args: argparse.Namespace) -> int:
     from streamcheck.instrument.detector import Detector
     from streamcheck.instrument.trace import TraceError, read_trace, replay
     from streamcheck.instrument.offline.merge import combine, int_or_zero, race_findings
-    from streamcheck.instrument.offline.race_view import TraceNames, enrich
+    from streamcheck.instrument.names import Names
+    from streamcheck.instrument.offline.race_view import enrich
 
     detector = Detector()
-    names = TraceNames()
+    names = Names()
     problems: list[str] = []  # lines and events skipped, each with its line or index
 
     def events():  # one pass over the trace: the detector replays it, names are collected on the way

@@ -76,18 +76,18 @@ def _say_warnings(merged) -> None:
 
 
 def trace_names(merged) -> dict:
-    """rank -> TraceNames of that rank's trace. Lines the trace cannot give are skipped; the ones merge() did not
+    """rank -> Names of that rank's trace. Lines the trace cannot give are skipped; the ones merge() did not
     already say (a rank whose trace was not replayed) become warnings, and a trace without a usable header gives
     no names."""
     from streamcheck.instrument.trace import TraceError, read_trace
-    from streamcheck.instrument.offline.race_view import TraceNames
+    from streamcheck.instrument.names import Names
 
     names = {}
     said = set(merged.warnings)
     for rank, trace in merged.traces.items():
         problems: list[str] = []
         try:
-            names[rank] = TraceNames.from_events(read_trace(trace.path, problems))
+            names[rank] = Names.from_events(read_trace(trace.path, problems))
         except TraceError as exc:
             if not any(warning.startswith(str(exc)) for warning in said):
                 merged.damage(f"{exc}; names from this trace are left out")

@@ -67,7 +67,8 @@ def test_text_of_the_merged_job_lists_each_finding_once_with_ranks(capsys):
 
 
 def test_without_traces_names_come_from_the_finding_itself(rank_files: Path, capsys):
-    """The side stream's name is in the runtime's message; the NCCL stream is named from its id."""
+    """The side stream's name is in the finding (extra["streams"], as the watch writes it); the NCCL stream is named
+    from its id."""
     assert main(["report", str(rank_files)]) == 1
     out = capsys.readouterr().out
     assert ("  read     c10d::_allgather_base_ on NCCL stream of group 1 on cuda:0, launched from side stream created "

@@ -13,12 +13,11 @@ lines, so that the reports read like the real one:
 - rank 0 only: the backward's gathered buffer is freed by the all-gather stream's allocation while the compute stream
   may still read it (no record_stream) -> FREE race, once per step.
 The findings files are what `streamcheck.watch()` writes for these races: a header, each new finding once
-(race_finding + rank, pid, stacks), then the final counts when the watch stops.
+(race_finding with rank and pid), then the final counts when the watch stops.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import linecache
 import sys
@@ -139,11 +138,7 @@ def findings_lines(trace: Path, rank: int) -> list[dict]:
         if key in counts:
             counts[key] += 1
             continue
-        finding = race_finding(race, names)
-        extra = dict(finding.extra, rank=rank, pid=4100 + rank,
-                     earlier_stack=[f"{p}:{n} in {f}" for p, n, f in SITES[race.earlier.site]],
-                     later_stack=[f"{p}:{n} in {f}" for p, n, f in SITES[race.later.site]])
-        record_ = dataclasses.replace(finding, extra=extra).to_dict()
+        record_ = race_finding(race, names, rank=rank, pid=4100 + rank).to_dict()
         keys[key], counts[key] = record_, 1
         out.append(record_)
     for key, record_ in keys.items():
