@@ -13,6 +13,8 @@ from typing import Any
 
 def shadow_state_size(detector: Any) -> dict[str, int]:
     """{storages, segments, accesses, actors, events, works, allocations, pending_frees, races, bytes} now."""
+    if callable(getattr(detector, "state_size", None)):  # the C++ detector counts its own (native_detector.py)
+        return detector.state_size()
     size = sys.getsizeof
     total = size(detector.shadows)
     seen: set[int] = set()

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-from threading import get_ident
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from .dispatch import report_record_stream
+from .native_detector import NativeDetector
 from .recorder import RaceError, Recorder
 
 SOURCE_DIR = Path(__file__).with_name("native_hook")  # hook.cpp and the headers it includes: one translation unit
@@ -95,6 +95,9 @@ class NativeHooks:
         self._names: list[str] = []
         self._overloads: dict[int, Any] = {}
         self._actors: dict[int, str] = {}  # raw stream handle -> actor
+        # Ops decided in C++ (native_hook/fast_path.h) when the sink is the C++ detector alone; with a trace to
+        # write (a Tee) or the Python Detector as sink, every op comes to on_access.
+        self.fast_path = isinstance(recorder.sink, NativeDetector)
 
     # ---- life cycle ------------------------------------------------------------------------------------------------
     def install(self) -> None:
@@ -104,6 +107,12 @@ class NativeHooks:
         sites = rec.sites
         native.set_site_table(sites._classify, sites.intern_chain, sites.depth)
         native.learn_allocators(torch.empty(1))  # no pinned probe: it would create a CUDA context here
+        if self.fast_path:
+            native.attach_fast_path(rec.sink.core, rec.deliver_races, self._named(lambda: rec.thread_actor()),
+                                    self._named(lambda device, handle: rec.stream_actor(device, handle)),
+                                    rec.fresh_blocks)
+            rec.on_backward_change = native.set_backward
+            rec.on_capture_change = native.set_capturing_graph
         rec.hold_callback = native.hold_callback
         rec.on_active_change = native.set_active
         native.set_active(rec.active)
@@ -116,8 +125,24 @@ class NativeHooks:
         rec = self.recorder
         rec.on_active_change = None
         rec.hold_callback = None
+        rec.on_backward_change = None
+        rec.on_capture_change = None
+        native.attach_fast_path(None, None, None, None, None)
         native.install(_ignore, _ignore, _ignore, _ignore)  # drop our references; the hook stays registered
         native.set_site_table(None, None, 8)
+
+    def _named(self, name_of: Any) -> Any:
+        """A naming call for the fast path: "" after an error, which switches the Recorder off (never raises)."""
+        rec = self.recorder
+
+        def call(*args: Any) -> str:
+            try:
+                return name_of(*args)
+            except Exception as exc:  # noqa: BLE001
+                rec.fail(exc)
+                return ""
+
+        return call
 
     def thread_entry(self) -> ThreadEntry:
         return ThreadEntry(self.module)
@@ -134,28 +159,22 @@ class NativeHooks:
         """One op: its reads and writes as (storage, start, end), the new tensors it wrote as
         (storage, start, end, storage bytes, on the device), its site (-2: capture it here)."""
         rec = self.recorder
-        tls = rec._tls
-        deferred = getattr(tls, "deferred", None)
-        if deferred is not None:
-            tls.deferred = None
-        if not rec._active:
+        deferred = rec.take_deferred()
+        if not rec.active:
             return
         try:
             allocs = None
             if fresh:
-                fresh_blocks = rec.fresh_blocks
                 allocs = []
                 for base, start, end, nbytes, on_device in fresh:
-                    if not on_device or fresh_blocks.pop(base, None):
+                    if not on_device or rec.take_fresh_block(base):
                         allocs.append((base, nbytes, on_device))
                     writes.append((base, start, end))
             if not reads and not writes:
                 if deferred:
                     rec.emit_now(deferred)
                 return
-            thread = rec._thread_names.get(get_ident())
-            if thread is None:
-                thread = rec.thread_actor()  # a new thread (an engine thread links to backward()'s caller)
+            thread = rec.thread_actor()  # a new thread (an engine thread links to backward()'s caller)
             if site == -2:
                 site = rec.sites.capture(2)
             if device >= 0:

@@ -12,9 +12,11 @@ What stays in Python: the names a report needs (`sites`, `stream_names`, `storag
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Callable
 
 from .detector import Access, Allocation, Race
+from .shadow import MIXED
 
 
 def _access(fields: tuple) -> Access:
@@ -49,6 +51,35 @@ class AllocationsView:
         return self._owner.core.sizes()["allocations"]
 
 
+class ShadowView:
+    """What tests and reports read of one storage's shadow: its one actor (or MIXED) and its segments."""
+
+    __slots__ = ("actor", "segments")
+
+    def __init__(self, actor: str | None, segments: list) -> None:
+        self.actor = actor if actor is not None else MIXED
+        self.segments = [tuple(segment) for segment in segments]
+
+
+class ShadowsView(Mapping):
+    """The C++ detector's shadow state as a read-only mapping storage -> ShadowView (built when asked)."""
+
+    def __init__(self, core: Any) -> None:
+        self._core = core
+
+    def __getitem__(self, storage: int) -> ShadowView:
+        found = self._core.shadow(storage)
+        if found is None:
+            raise KeyError(storage)
+        return ShadowView(*found)
+
+    def __iter__(self):
+        return iter(self._core.storages())
+
+    def __len__(self) -> int:
+        return self._core.sizes()["storages"]
+
+
 class NativeDetector:
     """The Python Detector's methods on the C++ core; see the module docstring."""
 
@@ -65,6 +96,7 @@ class NativeDetector:
         self.storage_infos: dict[int, dict] = {}
         self.header: dict = {}
         self.allocations = AllocationsView(self)
+        self.shadows = ShadowsView(self.core)
         self._delivering: tuple | None = None
 
     @property

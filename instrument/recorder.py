@@ -60,6 +60,10 @@ class Recorder:
         self.on_active_change: Callable[[bool], None] | None = None  # the native hook mirrors `active` in C++
         # The native hook's "is this thread inside an op?" (it then expects the callback held back): None without it
         self.hold_callback: Callable[[], bool] | None = None
+        # The native fast path (native_hook/fast_path.h) decides ops in C++ and must hear what changes its caches:
+        # a backward() call beginning (its site) or ending (None), a CUDA graph capture starting or ending here.
+        self.on_backward_change: Callable[[int | None], None] | None = None
+        self.on_capture_change: Callable[[bool], None] | None = None
         self.on_error = on_error
         self.error: BaseException | None = None
         self.pending_raise: RaceError | None = None
@@ -159,6 +163,8 @@ class Recorder:
         self._backward_caller = self.thread_actor()
         # Accesses with no Python frame during backward (C++ hooks, the DDP reducer) are blamed on this call.
         self.backward_site = self.sites.noted(self.sites.capture(3), BACKWARD_NOTE)
+        if self.on_backward_change is not None:
+            self.on_backward_change(self.backward_site)
 
     def site_or_backward(self, site: int) -> int:
         """An unknown site during backward() is blamed on the backward() call (noted as such)."""
@@ -167,6 +173,8 @@ class Recorder:
     def backward_end(self) -> None:
         caller, self._backward_caller = self._backward_caller, None
         self.backward_site = UNKNOWN_SITE
+        if self.on_backward_change is not None:
+            self.on_backward_change(None)
         engine, self._engine_threads = self._engine_threads, []
         for ident, name in engine:
             if caller is not None:
@@ -253,6 +261,32 @@ class Recorder:
     def capture_into(self, accesses: list | None) -> None:
         """This thread's device accesses go to `accesses` (a CUDA graph being captured) until called with None."""
         self._tls.captured = accesses
+        if self.on_capture_change is not None:
+            self.on_capture_change(accesses is not None)
+
+    # ---- the per-op hook's calls (instrument/native.py) ---------------------------------------------------------
+    def take_deferred(self) -> list | None:
+        """The callbacks held back for the calling thread's running op (hold_callback), now taken."""
+        tls = self._tls
+        deferred = tls.deferred
+        if deferred is not None:
+            tls.deferred = None
+        return deferred
+
+    def take_fresh_block(self, base: int) -> bool:
+        """Whether `base` is a block the allocator gave out that no op wrote yet (then it is the op's allocation)."""
+        return self.fresh_blocks.pop(base, None) is not None
+
+    def deliver_races(self) -> None:
+        """The C++ detector found races during an op it decided alone: hand them to the sink's on_race (findings).
+        A RaceError (fail_fast) goes on into the program; anything else switches instrumentation off."""
+        try:
+            with self.lock:
+                self.sink.deliver()
+        except RaceError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any bug of ours must not reach the program
+            self.fail(exc)
 
     def emit_storage_info(self, storage: int, info: dict) -> None:
         """Names and shapes for reports (the sink's storage_info takes keyword arguments)."""

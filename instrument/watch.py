@@ -117,7 +117,8 @@ class Watch:
             return self
         if _current is not None and _current is not self:
             raise RuntimeError("streamcheck.watch(): another watch is already running in this process")
-        self.detector = Detector(on_race=self._on_race)
+        self._native_module, self._native_error = self._load_native()
+        self.detector = self._make_detector()
         sites = SiteTable()
         self._names = Names(SiteFrames(sites))
         # the Detector's own dicts (not copies): names arrive while the program runs
@@ -242,24 +243,45 @@ class Watch:
         self._mode.__enter__()
         self._mode_thread = threading.get_ident()
 
-    def _native_hooks(self, collectives: Any) -> Any:
-        """The C++ per-op hook (instrument/native.py), or None for the dispatch mode (STREAMCHECK_BACKEND)."""
+    def _load_native(self) -> tuple[Any, BaseException | None]:
+        """(the C++ extension or None for the dispatch mode, the error that stops the watch or None)."""
         from . import native
 
-        backend = self.backend_choice or native.backend_from_environment()
-        if backend == "mode":
-            return None
         try:
-            module = native.load()
+            backend = self.backend_choice or native.backend_from_environment()
+            if backend == "mode":
+                return None, None
+            return native.load(), None
         except native.NativeUnavailable as exc:
             if backend == "native":
-                raise
+                return None, exc
             note = f"native hook unavailable, using the dispatch mode (slower): {exc}"
             self.notes.append(note)
             if self.echo:
                 print(f"streamcheck: {note}", file=sys.stderr)
+            return None, None
+        except Exception as exc:  # noqa: BLE001 - a bad STREAMCHECK_BACKEND: the watch reports it, the program runs
+            return None, exc
+
+    def _make_detector(self) -> Any:
+        """The C++ detector when the native hook runs and no trace is written (the hook then decides ops in C++),
+        else the Python Detector. STREAMCHECK_DETECTOR=python keeps the Python one (for comparisons)."""
+        if self._native_module is not None and self.trace_path is None \
+                and os.environ.get("STREAMCHECK_DETECTOR", "").strip().lower() != "python":
+            from .native_detector import NativeDetector
+
+            return NativeDetector(on_race=self._on_race, module=self._native_module)
+        return Detector(on_race=self._on_race)
+
+    def _native_hooks(self, collectives: Any) -> Any:
+        """The C++ per-op hook (instrument/native.py), or None for the dispatch mode (STREAMCHECK_BACKEND)."""
+        from . import native
+
+        if self._native_error is not None:
+            raise self._native_error
+        if self._native_module is None:
             return None
-        return native.NativeHooks(self.recorder, collectives, module)
+        return native.NativeHooks(self.recorder, collectives, self._native_module)
 
     def _uninstall_hooks(self) -> None:
         if self._mode is not None:
@@ -327,22 +349,8 @@ class Watch:
             raise RaceError(finding.message)
 
     def _finding(self, race: Race) -> Finding:
-        detector = self.detector
-        tensor = self._storage_info(race)
-        finding = race_finding(race, self._names)
-        extra = dict(finding.extra)
-        extra["rank"] = self.rank
-        extra["pid"] = os.getpid()
-        extra["world_size"] = self.world_size
-        actors = (race.earlier.actor, race.earlier.stream, race.later.actor, race.later.stream)
-        streams = {actor: detector.stream_names[actor] for actor in actors if actor in detector.stream_names}
-        if streams:
-            extra["streams"] = streams
-        if tensor:
-            extra["tensor"] = tensor
-        extra["earlier_stack"] = self._stack(race.earlier.site)
-        extra["later_stack"] = self._stack(race.later.site)
-        return dataclasses.replace(finding, extra=extra)
+        return race_finding(race, self._names, rank=self.rank, pid=os.getpid(), world_size=self.world_size,
+                            tensor=self._storage_info(race))
 
     def _storage_info(self, race: Race) -> dict:
         """What the report says about the raced storage: name, shape, dtype, ds_id, allocation site.
@@ -369,9 +377,6 @@ class Watch:
             if info and self._trace is not None:
                 self._trace.storage_info(race.storage, **info)
         return dict(info)
-
-    def _stack(self, site: int) -> list[str]:
-        return [f"{path}:{line} in {function}" for path, line, function in self.recorder.sites.frames(site)]
 
     def _on_internal_error(self, exc: BaseException) -> None:
         message = f"streamcheck: internal error, instrumentation switched off for the rest of the run: {exc!r}"

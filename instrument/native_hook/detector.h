@@ -432,6 +432,15 @@ class Detector {
     auto s = shadows_.find(storage);
     return s != shadows_.end() && s->second.actor != a->second.stream;
   }
+  const StorageShadow* shadow(uint64_t storage) const {
+    auto s = shadows_.find(storage);
+    return s == shadows_.end() ? nullptr : &s->second;
+  }
+  std::vector<uint64_t> storages() const {
+    std::vector<uint64_t> out;
+    for (const auto& entry : shadows_) out.push_back(entry.first);
+    return out;
+  }
   const Allocation* allocation(uint64_t storage) const {
     auto a = allocations_.find(storage);
     return a == allocations_.end() ? nullptr : &a->second;
@@ -439,7 +448,7 @@ class Detector {
 
   // ---- sizes (memory.py's shadow_state_size) --------------------------------------------------------------------
   struct Sizes {
-    size_t storages, segments, actors, events, works, allocations, pending_frees, bytes;
+    size_t storages, segments, accesses, actors, events, works, allocations, pending_frees, bytes;
   };
   Sizes sizes() const {
     Sizes z{};
@@ -447,6 +456,7 @@ class Detector {
     z.bytes = sizeof(*this);
     for (const auto& entry : shadows_) {
       z.segments += entry.second.cells.size();
+      for (const auto& c : entry.second.cells) z.accesses += c.has_write + c.reads.size();
       z.bytes += entry.second.bytes() + 32;
     }
     for (const auto& entry : pending_frees_)

@@ -106,11 +106,21 @@ inline void bind_detector(py::module& m) {
         const Allocation* a = d.allocation(storage);
         return a == nullptr ? py::none() : allocation_tuple(d, *a);
       })
+      .def("storages", &D::storages)
+      .def("shadow", [](const D& d, uint64_t storage) -> py::object {
+        const StorageShadow* s = d.shadow(storage);
+        if (s == nullptr) return py::none();
+        py::list segments;
+        for (size_t k = 0; k < s->starts.size(); ++k) segments.append(py::make_tuple(s->starts[k], s->ends[k]));
+        return py::make_tuple(s->actor == kMixed ? py::object(py::none()) : py::object(py::str(d.actor_name(s->actor))),
+                              segments);
+      }, "(the one actor of its history or None, [(start, end) of each segment]) or None")
       .def("sizes", [](const D& d) {
         D::Sizes z = d.sizes();
         py::dict out;
         out["storages"] = z.storages;
         out["segments"] = z.segments;
+        out["accesses"] = z.accesses;
         out["actors"] = z.actors;
         out["events"] = z.events;
         out["works"] = z.works;

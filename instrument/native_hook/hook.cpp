@@ -25,6 +25,7 @@
 #include <torch/csrc/jit/python/pybind_utils.h>
 
 #include "detector_py.h"
+#include "fast_path.h"
 #include "memory.h"
 #include "plans.h"
 #include "sites.h"
@@ -177,6 +178,7 @@ void hook(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::S
     int64_t stream = acc.device >= 0 ? current_stream(acc.device) : 0;
     py::gil_scoped_acquire gil;
     int64_t site = (acc.reads.empty() && acc.writes.empty() && acc.fresh.empty()) ? -1 : site_of_op();
+    if (!held && decide_in_cpp(*plan, acc, stream, site)) return;  // fast_path.h: no Python call for this op
     py::reinterpret_borrow<py::object>(s.on_access)(
         plan->index, acc.device, stream, to_py(acc.reads), to_py(acc.writes), fresh_to_py(acc.fresh), site);
   } catch (const py::error_already_set&) {
@@ -265,6 +267,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     }
     return py::make_tuple(kinds[static_cast<int>(plan.kind)], reads, writes, fresh, views);
   }, "Tests: the plan of an operator, (kind, read args, written args, fresh returns, (return, aliased arg))");
+  m.def("attach_fast_path", &attach_fast_path,
+        "Decide ops in the C++ detector: (Core or None, deliver, thread_actor, stream_actor, fresh_blocks)");
+  m.def("set_backward", [](py::object site) {
+    FastPath& f = fast_path();
+    f.in_backward = !site.is_none();
+    f.backward_site = site.is_none() ? -1 : site.cast<int64_t>();
+    if (!f.in_backward) f.generation.fetch_add(1);  // the Recorder forgets the engine threads' names after it
+  }, "A backward() call began (its site) or ended (None)");
+  m.def("set_capturing_graph", [](bool on) { capturing_graph = on; }, "This thread captures a CUDA graph");
   m.def("set_cpu_as_device", [](bool on) { state().cpu_as_device = on; }, "Tests: CPU tensors as device 0 tensors");
   m.def("set_test_stream", [](int64_t stream) { test_stream = stream; }, "Tests: this thread's current stream");
 }

@@ -8,6 +8,7 @@ stream query. The extension is built on first use (a C++ compiler and ninja are 
 
 from __future__ import annotations
 
+import sys
 import threading
 
 import pytest
@@ -383,10 +384,11 @@ def test_cpp_plans_read_every_aten_schema_as_dispatch_py_does(module):
 
 
 def test_a_bug_inside_streamcheck_switches_the_hook_off_and_the_program_runs_on(module, native_watch, monkeypatch):
-    def broken_kernel(*args):
+    def broken(*args):
         raise ZeroDivisionError("a bug in the detector")
 
-    monkeypatch.setattr(native_watch.detector, "kernel", broken_kernel)
+    # what the per-op path calls first for a stream it has not seen (in C++ or in Python, whichever decides)
+    monkeypatch.setattr(native_watch.recorder, "stream_actor", broken)
     module.set_test_stream(1)
     x = torch.ones(4)
     y = x + 1  # the op still runs and returns its result
@@ -418,3 +420,27 @@ def test_fail_fast_raises_the_race_into_the_program_at_the_racing_op(module, tmp
         module.set_cpu_as_device(False)
         module.set_test_stream(0)
         watch.stop()
+
+
+def test_ops_on_known_streams_and_sites_are_decided_in_cpp_without_a_python_call(module, native_watch):
+    module.set_test_stream(5)
+    x = torch.zeros(64)
+    y = torch.ones(64)
+
+    def step():
+        x.add_(y)  # one site, one stream: after the first call nothing is new
+
+    python_calls: list = []
+    try:
+        for i in range(101):
+            if i == 1:  # the first call met a new site (Python interns it); the next 100 meet nothing new
+                sys.setprofile(lambda frame, event, arg: python_calls.append(frame.f_code.co_name)
+                               if event == "call" else None)
+            step()
+    finally:
+        sys.setprofile(None)
+    module.set_test_stream(0)
+    assert python_calls == ["step"] * 100  # streamcheck's Python half was never entered
+    assert native_watch.detector.seq >= 101  # ... and yet the C++ detector saw every one of them
+    assert native_watch.detector.races == []
+    assert native_watch.detector.shadows[x.untyped_storage().data_ptr()].actor == "cuda:0/s5"

@@ -1,0 +1,131 @@
+// The per-op fast path: an op's accesses go straight into the C++ detector (detector.h), without a Python call.
+//
+// Attached by instrument/native.py when the watch's sink is the C++ detector alone (no trace file to write). Python
+// is entered only for what needs it: a thread or stream seen for the first time (the Recorder names it and links
+// autograd's engine threads), a site not seen before (sites.h), a race found (the Recorder delivers it: findings,
+// fail-fast), and the ops that keep the Python path: callbacks held back inside the op, a CUDA graph being
+// captured, a site only Python can blame.
+#pragma once
+
+#include <torch/extension.h>
+
+#include <atomic>
+#include <map>
+#include <utility>
+
+#include "detector.h"
+#include "memory.h"
+#include "state.h"
+
+namespace streamcheck_native {
+
+struct FastPath {
+  Detector* detector = nullptr;      // owned by the Python object below
+  PyObject* owner = nullptr;         // the Core object (a reference, so the detector outlives every op)
+  PyObject* deliver = nullptr;       // () -> None: Recorder.deliver_races (may raise RaceError into the program)
+  PyObject* thread_actor = nullptr;  // () -> str: Recorder.thread_actor, for the calling thread ("": it failed)
+  PyObject* stream_actor = nullptr;  // (device, handle) -> str: Recorder.stream_actor ("": it failed)
+  PyObject* fresh_blocks = nullptr;  // Recorder.fresh_blocks: {base: True} for blocks allocated, not yet written
+  std::atomic<uint64_t> generation{1};  // bumped when thread names are forgotten (after backward())
+  int64_t backward_site = -1;
+  bool in_backward = false;
+  std::map<std::pair<int, int64_t>, int> stream_ids;  // (device, raw handle) -> actor (handle 0 on every device)
+  std::vector<int> op_ids;                      // plan index -> the detector's op id (-1: not asked yet)
+};
+
+inline FastPath& fast_path() {
+  static FastPath* f = new FastPath();  // never destroyed, like state()
+  return *f;
+}
+
+inline thread_local int thread_actor_id = -1;
+inline thread_local uint64_t thread_actor_generation = 0;
+inline thread_local bool capturing_graph = false;
+
+inline std::string call_for_name(PyObject* fn, py::tuple args) {
+  return py::reinterpret_borrow<py::object>(fn)(*args).cast<std::string>();
+}
+
+// GIL held. False: the op goes the Python way (on_access) instead.
+inline bool decide_in_cpp(const Plan& plan, const OpAccesses& acc, int64_t stream_handle, int64_t site) {
+  FastPath& f = fast_path();
+  Detector* d = f.detector;
+  if (d == nullptr || capturing_graph || site == -2) return false;
+  uint64_t generation = f.generation.load(std::memory_order_relaxed);
+  if (thread_actor_id < 0 || thread_actor_generation != generation) {
+    std::string name = call_for_name(f.thread_actor, py::make_tuple());
+    if (name.empty()) return true;  // the Recorder failed (and switched itself off): drop the op
+    thread_actor_id = d->actor_id(name);
+    thread_actor_generation = generation;
+  }
+  int thread = thread_actor_id;
+  int actor = thread;
+  if (acc.device >= 0) {
+    auto key = std::make_pair(acc.device, stream_handle);
+    auto found = f.stream_ids.find(key);
+    if (found == f.stream_ids.end()) {
+      std::string name = call_for_name(f.stream_actor, py::make_tuple(acc.device, stream_handle));
+      if (name.empty()) return true;
+      found = f.stream_ids.emplace(key, d->actor_id(name)).first;
+    }
+    actor = found->second;
+  }
+  if (site < 0 && f.in_backward) site = f.backward_site;  // no Python frame: blamed on the backward() call
+  if (plan.index >= static_cast<int>(f.op_ids.size())) f.op_ids.resize(plan.index + 1, -1);
+  int& op = f.op_ids[plan.index];
+  if (op < 0) {
+    std::string name;
+    {
+      std::lock_guard<std::mutex> lock(state().mutex);  // no thread waits for the GIL while holding it
+      name = state().names.at(static_cast<size_t>(plan.index)).first;
+    }
+    op = d->op_id(name);
+  }
+  std::vector<Range3> reads, writes;
+  reads.reserve(acc.reads.size());
+  writes.reserve(acc.writes.size() + acc.fresh.size());
+  for (const Range& r : acc.reads) reads.push_back({static_cast<uint64_t>(r.base), r.start, r.end});
+  for (const Range& r : acc.writes) writes.push_back({static_cast<uint64_t>(r.base), r.start, r.end});
+  for (const Range& r : acc.fresh) {
+    bool on_device = r.device >= 0;
+    bool allocated = !on_device;
+    if (on_device && f.fresh_blocks != nullptr) {  // the allocator gave this block out and nothing wrote it yet
+      py::int_ key(static_cast<uint64_t>(r.base));
+      if (PyDict_GetItem(f.fresh_blocks, key.ptr()) != nullptr) {
+        allocated = true;
+        PyDict_DelItem(f.fresh_blocks, key.ptr());
+      }
+    }
+    if (allocated) d->alloc(static_cast<uint64_t>(r.base), r.storage_bytes, on_device ? actor : thread, site);
+    writes.push_back({static_cast<uint64_t>(r.base), r.start, r.end});
+  }
+  if (reads.empty() && writes.empty()) return true;
+  if (actor == thread) d->host_access(thread, reads, writes, site, op);
+  else d->kernel(thread, actor, reads, writes, site, op);
+  if (!d->races.empty()) py::reinterpret_borrow<py::object>(f.deliver)();
+  return true;
+}
+
+inline void attach_fast_path(py::object core, py::object deliver, py::object thread_actor, py::object stream_actor,
+                             py::object fresh_blocks) {
+  FastPath& f = fast_path();
+  f.detector = nullptr;
+  for (PyObject** slot : {&f.owner, &f.deliver, &f.thread_actor, &f.stream_actor, &f.fresh_blocks}) {
+    Py_XDECREF(*slot);
+    *slot = nullptr;
+  }
+  f.stream_ids.clear();
+  f.op_ids.clear();
+  f.in_backward = false;
+  f.backward_site = -1;
+  f.generation.fetch_add(1);
+  if (core.is_none()) return;
+  f.detector = core.cast<Detector*>();
+  f.owner = core.release().ptr();
+  f.deliver = deliver.release().ptr();
+  f.thread_actor = thread_actor.release().ptr();
+  f.stream_actor = stream_actor.release().ptr();
+  f.fresh_blocks = fresh_blocks.release().ptr();
+}
+
+}  // namespace streamcheck_native
