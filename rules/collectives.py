@@ -17,11 +17,12 @@ class Outputs:
     positions: tuple[int, ...] = ()  # positional arguments written
     keywords: tuple[str, ...] = ()  # keyword arguments written
     in_place: bool = False  # the written argument is also read (all-reduce, broadcast)
+    tensor_positions: int = 2  # positional arguments that hold tensors (the rest: op, group, src, dst, async_op)
 
 
 _FIRST_OUT = Outputs((0,), ("output", "output_tensor", "output_tensor_list", "tensor_list", "output_tensors",
                             "output_tensor_lists", "out"))
-_IN_PLACE = Outputs((0,), ("tensor", "tensors", "tensor_list"), in_place=True)
+_IN_PLACE = Outputs((0,), ("tensor", "tensors", "tensor_list"), in_place=True, tensor_positions=1)
 
 COLLECTIVE_OUTPUTS: dict[str, Outputs] = {
     **dict.fromkeys(("all_gather", "all_gather_into_tensor", "_all_gather_base", "all_gather_coalesced",
@@ -30,11 +31,21 @@ COLLECTIVE_OUTPUTS: dict[str, Outputs] = {
                      "all_to_all_single"), _FIRST_OUT),
     **dict.fromkeys(("all_reduce", "all_reduce_coalesced", "allreduce_fn", "inference_all_reduce", "broadcast",
                      "reduce"), _IN_PLACE),
-    "recv": Outputs((0,), ("tensor",)),
-    "irecv": Outputs((0,), ("tensor",)),
+    "recv": Outputs((0,), ("tensor",), tensor_positions=1),
+    "irecv": Outputs((0,), ("tensor",), tensor_positions=1),
+    "send": Outputs((), (), tensor_positions=1),
+    "isend": Outputs((), (), tensor_positions=1),
     "gather": Outputs((1,), ("gather_list",)),
     "scatter": Outputs((0,), ("tensor",)),
 }
+
+
+# Keyword arguments of a collective that hold tensors (`group=`, `op=`, `async_op=`, `quantize=` do not).
+TENSOR_KEYWORDS = frozenset({
+    "tensor", "tensors", "tensor_list", "input", "output", "input_tensor", "output_tensor", "input_tensor_list",
+    "output_tensor_list", "output_tensors", "input_tensors", "output_tensor_lists", "gather_list", "scatter_list",
+    "out",
+})
 
 
 def outputs_of(callee: str) -> Outputs | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 import sys
 
-from .collectives import Outputs, outputs_of
+from .collectives import TENSOR_KEYWORDS, Outputs, outputs_of
 from .facts import (
     MODULE_SCOPE, NO_REGION, Access, AttrFunction, Call, ClassFacts, FileFacts, FunctionFacts, ParseFailure, Region,
     Sync, module_name,
@@ -81,6 +81,7 @@ STORING_METHODS = frozenset({"append", "appendleft", "put", "put_nowait", "add",
 
 # Deeply nested but valid code (`a + a + ... + a`, 400 terms) nests the visitor that deep: Python frames only.
 VISITOR_RECURSION_LIMIT = 20_000
+ALIAS = "="  # the op of a binding recorded as where an attribute's tensor comes from (see visit_Assign)
 
 
 def extract(source: str, path: str, options: StaticOptions, detailed: bool) -> FileFacts:
@@ -436,17 +437,22 @@ class _FactsVisitor(ast.NodeVisitor):
             return
         if matches_name(callee, self.stream_names) or last in ("Stream", "Event", "current_stream"):
             return  # naming a stream or event touches no tensor
-        if method in METADATA_ARG_METHODS or last in METADATA_ARG_FUNCTIONS:
-            return  # `x.view_as(z)`, `torch.empty_like(z)`: only z's shape, dtype and device are looked at
+        if method in METADATA_ARG_METHODS or last in METADATA_ARG_FUNCTIONS or (tensor_method and (method in (
+                "to", "cuda", "type") or method in VIEW_METHODS)):
+            return  # `x.view_as(z)`, `torch.empty_like(z)`, `x.to(z)`: only z's shape, dtype and device are looked at
         collective = matches_name(callee, self.collectives)
+        if not collective and self._is_distributed(callee):
+            return  # `dist.get_world_size(group)`, `dist.barrier()`: process groups and ranks, no tensor data
         if not (collective or tensor_method or self._is_torch_function(callee)):
             return  # a hand-off to other code: what the callee does with it is the callee's (summaries.py)
         written = outputs_of(callee) if collective else None
         for position, arg in enumerate(node.args):
+            if written and position >= written.tensor_positions:
+                break  # `dist.all_reduce(t, op, group)`: the rest are no tensors
             self._argument(arg, line, col, last, collective, written, position in written.positions if written
                            else False)
         for kw in node.keywords:
-            if kw.arg not in (None, "out"):
+            if kw.arg not in (None, "out") and (not collective or kw.arg in TENSOR_KEYWORDS):
                 self._argument(kw.value, line, col, last, collective, written,
                                kw.arg in written.keywords if written else False)
 
@@ -458,6 +464,11 @@ class _FactsVisitor(ast.NodeVisitor):
                 self._access("read", elt, line, col, op, collective)
             if is_output:
                 self._access("write", elt, line, col, op, collective)
+
+    def _is_distributed(self, callee: str) -> bool:
+        head, _, rest = callee.partition(".")
+        target = f"{self.facts.imports.get(head, head)}.{rest}"
+        return target.startswith("torch.distributed.") and target.count(".") == 2
 
     def _is_torch_function(self, callee: str) -> bool:
         """`torch.cat`, `F.linear` (F imported from torch), `cat` imported from torch: a device op on its args."""
@@ -529,13 +540,29 @@ class _FactsVisitor(ast.NodeVisitor):
                     self.pending_attr_functions.append(
                         (target.attr, dotted(node.value), self._scope_name(), node.lineno))
         self.generic_visit(node)
-        if self.detailed and len(node.targets) == 1 and self._produces_tensor(node.value):
+        if self.detailed and len(node.targets) == 1 and (
+                self._produces_tensor(node.value) or self._made_in_region(node.value)):
             # `y = x.to(dev, non_blocking=True)`, `y = torch.cat(...)`: a new tensor written by a kernel on the
             # stream current here (a hidden producer); taken as written where the statement ends.
             target = node.targets[0]
             end = (node.end_lineno or node.lineno, (node.end_col_offset or 0) + 1)
             op = node.value.func.attr if isinstance(node.value.func, ast.Attribute) else dotted(node.value.func)
             self._access("write", target, *end, op.rsplit(".", 1)[-1], at=end, fresh=True)
+        elif self.detailed and len(node.targets) == 1 and self.region != NO_REGION and access_path(node.value) \
+                and isinstance(node.targets[0], ast.Attribute):
+            # `self.cached = out` inside `with stream(s):` keeps a tensor of s's work for later: a binding (op
+            # ALIAS) that tells where the attribute's tensor comes from, not a write any race is paired with.
+            end = (node.end_lineno or node.lineno, (node.end_col_offset or 0) + 1)
+            self._access("write", node.targets[0], *end, ALIAS, at=end, fresh=True)
+
+    def _made_in_region(self, value: ast.AST) -> bool:
+        """`self.cached = gather(x)` inside `with stream(s):`: what the call returns is taken as made there, on s
+        (an out-of-place result; a hidden producer), unless the call only names a stream, an event or metadata."""
+        if self.region == NO_REGION or not isinstance(value, ast.Call):
+            return False
+        last = dotted(value.func).rsplit(".", 1)[-1]
+        return last not in NOT_PRODUCERS and last not in HOST_ONLY_FUNCTIONS and last not in (
+            "current_stream", "default_stream", "record_event", "get_accelerator", "len", "id", "isinstance")
 
     def _produces_tensor(self, value: ast.AST) -> bool:
         if not isinstance(value, ast.Call) or not isinstance(value.func, (ast.Attribute, ast.Name)):

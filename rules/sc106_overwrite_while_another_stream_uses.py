@@ -6,6 +6,7 @@ from typing import Iterable
 
 from streamcheck.findings import ROLE_READ, ROLE_WRITE, Finding
 
+from .extract import ALIAS
 from .facts import NO_REGION, Access
 from .program import Function, Program
 from .races import Context, contexts, matching, same_anchor, unordered
@@ -134,13 +135,13 @@ def run(t, s1, s2):
 
     def check(self, program: Program) -> Iterable[Finding]:
         for writer, write in program.all_accesses():
-            if write.kind != "write":
-                continue
+            if write.kind != "write" or write.fresh:
+                continue  # a new tensor bound to the path overwrites no memory another stream uses
             found: list[tuple[Context, Context, str]] = []
             for write_ctx in contexts(program, writer, write):
                 for kind, other_kind in (("WAR", "read"), ("WAW", "write")):
                     for other_fn, other in matching(program, writer, write, other_kind):
-                        if other_fn is writer and other == write:
+                        if (other_fn is writer and other == write) or other.op == ALIAS:
                             continue
                         if kind == "WAW" and _reads_in_place(writer, write):
                             continue  # an in-place collective reads first: SC101 reports the pair as RAW

@@ -30,3 +30,10 @@ def line_of(source: str, text: str) -> int:
     lines = [n for n, line in enumerate(textwrap.dedent(source).splitlines(), 1) if text in line]
     assert len(lines) == 1, (text, lines)
     return lines[0]
+
+
+def split_outside_reads(findings) -> tuple[list, list[tuple[str, int]]]:
+    """(findings of pairs of accesses, [(path, line)] of the reads of tensors made outside the scan): the second
+    kind is what outside_producers.py adds to any source whose side stream reads an input without a wait."""
+    outside = [f for f in findings if f.extra.get("producer") == "outside"]
+    return [f for f in findings if f not in outside], [(f.extra["path"], f.primary.line) for f in outside]

@@ -23,7 +23,12 @@ def test_an_in_place_looking_method_that_torch_tensor_does_not_have_is_no_write(
                 with torch.cuda.stream(side):
                     return torch.cat([self.node])
     """
-    assert _lines({"m.py": source}) == []
+    # Nothing writes `self.node` (no pairing with line 6): the one finding is the read of a tensor made outside
+    # the scan, on the current stream (outside_producers.py).
+    found = findings_of({"m.py": source})
+    assert [(f.rule, f.primary.line, f.extra["producer"], f.related) for f in found][:1] == [
+        ("SC101", 10, "outside", found[0].related)]
+    assert len(found) == 1 and all(r.line != 6 for r in found[0].related)
 
 
 def test_torch_nn_init_writes_its_argument_not_the_module():
@@ -87,6 +92,7 @@ def test_an_event_waited_through_the_container_it_was_stored_in():
 
         class Prefetcher:
             def prefetch(self, module):
+                self.copy_stream.wait_stream(torch.cuda.current_stream())
                 with torch.cuda.stream(self.copy_stream):
                     module.staged_weight.copy_(module.weight, non_blocking=True)
                     event = torch.cuda.Event()
@@ -167,6 +173,7 @@ def test_two_halves_of_a_double_buffer_are_two_tensors():
         import torch
 
         def step(bufs, batch, side, cur):
+            side.wait_stream(torch.cuda.current_stream())
             bufs[{written}].copy_(batch)
             with torch.cuda.stream(side):
                 return bufs[cur].sum()

@@ -1,0 +1,146 @@
+"""Reads on a side stream of tensors whose producer the scan does not see: the producer is taken to be the current
+stream, before the function that reads was called.
+
+Two kinds of tensor have such a producer:
+- gradients (`p.grad`, `p.main_grad`): written by the backward pass, on the stream that was current when it ran;
+- tensors a function gets from outside (a parameter's path, or a `self.` attribute) that nothing in the scanned
+  program writes: they were made by code the scan does not hold (a caller in a user's script, a model's forward,
+  a library). On the current stream is where all such code runs unless it says otherwise.
+A side stream that reads one needs to wait for the current stream first, somewhere on the reader's way (before the
+read, before the `with`, before the call that reaches it, or in a caller before that). One finding per stream
+region, naming its first such read and up to `MAX_READS_SHOWN` more.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, NamedTuple
+
+from streamcheck.findings import ROLE_READ, Finding
+
+from .facts import Access
+from .hazard_flow import HOST_WORDS
+from .orderings import COMM, WORK, orderings_of
+from .program import Function, Program
+from .races import Context, contexts, matching, ordered_before
+from .rule import location, way_of
+from .torch_api import TORCH_FUNCTIONS
+from .streams import CURRENT_STREAM, UNKNOWN, as_code, display, stream_words
+
+MAX_READS_SHOWN = 3
+
+# Attributes that autograd writes (on the stream current when backward ran) before hooks and optimizers read them.
+AUTOGRAD_OUTPUTS = frozenset({"grad", "main_grad"})
+AUTOGRAD, OUTSIDE = "autograd", "outside"
+# Tensor methods that queues, containers and modules have too: a read by one of them does not say the path holds a
+# tensor (a pairing with a write says so; a read alone does not).
+NOT_ONLY_TENSOR_METHODS = frozenset({
+    "put", "add", "sort", "index", "count", "values", "type", "float", "half", "double", "bfloat16", "apply_",
+    "share_memory_", "requires_grad_", "register_hook", "pin_memory", "copy",
+})
+# Words in a name that say it holds no tensor (a process group, a rank, a size, a factor, a dtype).
+NOT_TENSOR_WORDS = ("group", "rank", "world", "stream", "dtype", "device", "factor", "size", "numel", "count")
+# Operators: `self.count + n` reads ints as often as tensors.
+ARITHMETIC = frozenset({"Add", "Sub", "Mult", "Div", "FloorDiv", "Mod", "Pow", "MatMult", "BitAnd", "BitOr",
+                        "BitXor", "LShift", "RShift", "+", "-", "*", "/", "//", "%", "**", "@"})
+# Copies whose source, when it comes from outside, is taken as host memory being uploaded (a prefetcher's batch).
+UPLOADS = frozenset({"to", "cuda", "pin_memory"})
+
+
+class OutsideRead(NamedTuple):
+    reader: Function
+    read: Access
+    context: Context
+    producer: str  # AUTOGRAD or OUTSIDE
+
+
+def reads_of_outside_producers(program: Program, rule_id: str) -> Iterable[Finding]:
+    by_region: dict[tuple, list[OutsideRead]] = {}
+    for reader, read in program.all_accesses():
+        producer = _producer(program, reader, read) if read.kind == "read" else None
+        if producer is None:
+            continue
+        for ctx in contexts(program, reader, read):
+            if ctx.stream in (CURRENT_STREAM, UNKNOWN) or not all(edge.exact for edge in ctx.chain):
+                continue  # no producer site to pair with: only a chain the call graph is sure of
+            if ordered_before(program, ctx, CURRENT_STREAM) or _collective_waited_before(program, reader, read):
+                continue  # a `fut.wait()` / `work.wait()` first (a DDP comm hook): the data came through a
+                # collective launched after the producer
+            if _produced_here_first(reader, read):
+                continue
+            region_fn = ctx.region_fn or reader
+            key = (region_fn.id, ctx.region, ctx.stream, producer)
+            by_region.setdefault(key, []).append(OutsideRead(reader, read, ctx, producer))
+            break
+    for reads in by_region.values():
+        yield _finding(program, rule_id, sorted(reads, key=lambda r: (len(r.context.chain), r.reader.file.path,
+                                                                      r.read.line, r.read.column)))
+
+
+def _producer(program: Program, reader: Function, read: Access) -> str | None:
+    if "." in read.path and read.path.rsplit(".", 1)[-1] in AUTOGRAD_OUTPUTS:
+        return AUTOGRAD
+    root = read.path.split(".", 1)[0]
+    from_outside = read.path.startswith("self.") or (root in reader.facts.params and root not in ("self", "cls")
+                                                      and not read.owner)
+    if read.op.split(" ", 1)[0] in NOT_ONLY_TENSOR_METHODS or read.op.split(" ", 1)[0] in ARITHMETIC:
+        return None  # `self.queue.put(x)`, `module.float()`: no sign the receiver is a tensor at all
+    if any(word in read.path.rsplit(".", 1)[-1].lower() for word in NOT_TENSOR_WORDS):
+        return None  # `self.dp_process_group`, `world_size` handed down to a collective wrapper
+    if read.op.split(" ", 1)[0] in UPLOADS or any(word in read.path.rsplit(".", 1)[-1].lower() for word in HOST_WORDS):
+        return None  # `batch.to(device)`, `dst.copy_(host_buf)` on a copy stream: host memory, made by no stream
+    if from_outside and _tensor_position(reader, read) and next(matching(program, reader, read, "write"),
+                                                                 None) is None:
+        return OUTSIDE
+    return None
+
+
+def _tensor_position(reader: Function, read: Access) -> bool:
+    """Read where only a tensor can stand: by a collective, a torch function, as the receiver of a tensor method
+    (the call starts where the receiver does), or inside a callee (bound at the call). An argument of a tensor
+    method is as often a number (`x.div_(self.factor)`)."""
+    op = read.op.split(" ", 1)[0]
+    if read.collective or " in " in read.op:
+        return True
+    imports = reader.file.imports
+    return any((call.line, call.column) == (read.line, read.column) or (
+        call.line == read.line and op in TORCH_FUNCTIONS and call.callee.rsplit(".", 1)[-1] == op
+        and imports.get(call.callee.split(".", 1)[0], "").startswith("torch")) for call in reader.facts.calls)
+
+
+def _collective_waited_before(program: Program, reader: Function, read: Access) -> bool:
+    return any((o.target == COMM or o.target.startswith(WORK)) and (o.line, o.column) < (read.line, read.column)
+               for o in orderings_of(program, reader))
+
+
+def _produced_here_first(reader: Function, read: Access) -> bool:
+    """Written on the same stream, earlier in the same region: this stream is its producer."""
+    return any(w.kind == "write" and w.path == read.path and w.region == read.region
+               and (w.line, w.column) < (read.line, read.column) for w in reader.facts.accesses)
+
+
+def _finding(program: Program, rule_id: str, reads: list[OutsideRead]) -> Finding:
+    first = reads[0]
+    reader, read, ctx = first.reader, first.read, first.context
+    reader_code = as_code(ctx.stream)
+    where = (f"before the `with` at {ctx.region_fn.file.path}:{ctx.region_fn.facts.regions[ctx.region].line}"
+             if ctx.region_fn is not None else f"before the read at {reader.file.path}:{read.line}")
+    if first.producer == AUTOGRAD:
+        produced = "is written by autograd (the backward pass) on the current stream"
+    else:
+        produced = (f"comes from outside `{reader.facts.qualname}` and nothing in the scan writes it, so it was "
+                    f"made on the current stream")
+    others = [location(r.reader, r.read.line, r.read.column, ROLE_READ, f"{r.read.op} of `{r.read.path}`")
+              for r in reads[1:1 + MAX_READS_SHOWN]]
+    return Finding(
+        rule=rule_id,
+        message=(f"`{read.path}` {produced}, and is read by `{read.op}` in `{reader.facts.qualname}` on "
+                 f"{stream_words(ctx.stream)} with no wait for the current stream before it"),
+        primary=location(reader, read.line, read.column, ROLE_READ, f"{read.op} in {reader.facts.qualname}"),
+        related=tuple(others + way_of(program, ctx, ctx)),
+        fix=(f"Make `{reader_code}` wait for the current stream before the read: "
+             f"`{reader_code}.wait_stream(torch.cuda.current_stream())` {where}."),
+        kind="RAW",
+        symbol=reader.facts.qualname,
+        extra={"path": read.path, "writer_stream": "", "reader_stream": display(ctx.stream),
+               "consumer": "collective" if read.collective else "device op", "producer": first.producer},
+    )
