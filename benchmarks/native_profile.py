@@ -9,7 +9,8 @@ one unmeasured step each:
 - hook_noop: the native hook active, its Python callback a no-op (C++ plans, ranges, boxing, one Python call);
 - trace_callbacks: torch's GPU trace callbacks routed to a Recorder, no per-op hook;
 - watch_null_sink: a full native watch whose Recorder feeds a sink that does nothing (the Python half, no detector);
-- watch: a full native watch (the default);
+- watch: a full native watch (the default: the C++ detector, ops decided in C++);
+- watch_py_detector: the same with STREAMCHECK_DETECTOR=python (every op through Python to the Python Detector);
 - window_closed: a watch with `steps=(10**6, 10**6 + 1)`: installed, never instrumenting;
 - window: `steps=(2, 4)` of the phase's steps (its findings are printed);
 - watch_mode: a full watch on the dispatch mode.
@@ -34,8 +35,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))  # the workloads; streamcheck itself comes installed
 
-PHASES = ("plain", "passthrough", "hook_noop", "trace_callbacks", "watch_null_sink", "watch", "window_closed",
-          "window", "watch_mode")
+PHASES = ("plain", "passthrough", "hook_noop", "trace_callbacks", "watch_null_sink", "watch", "watch_py_detector",
+          "window_closed", "window", "watch_mode")
 
 
 class NullSink:
@@ -104,8 +105,14 @@ class Phase:
 
             cuda_trace.install(Recorder(Detector()))
             self.undo.append(cuda_trace.uninstall)
-        elif name in ("watch_null_sink", "watch", "window_closed", "window", "watch_mode"):
+        elif name in ("watch_null_sink", "watch", "watch_py_detector", "window_closed", "window", "watch_mode"):
+            import os
+
             import streamcheck
+
+            if name in ("watch_null_sink", "watch_py_detector"):
+                os.environ["STREAMCHECK_DETECTOR"] = "python"
+                self.undo.append(lambda: os.environ.pop("STREAMCHECK_DETECTOR", None))
 
             options = {"echo": False}
             if name == "window_closed":
@@ -140,6 +147,8 @@ def main() -> int:
     parser.add_argument("--phases", default=",".join(PHASES))
     parser.add_argument("--profile", type=int, default=0)
     parser.add_argument("--json", default=None)
+    parser.add_argument("--window-run", type=int, default=0,
+                        help="then N steps plain, N with watch(steps=(N/4, N/4+2)), N with a full watch")
     args = parser.parse_args()
     from frameworks_workloads import SETUPS
 
@@ -188,6 +197,30 @@ def main() -> int:
         pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(30)
         print(f"\ncProfile of {args.profile} watched steps ({wall:.2f} s under the profiler):")
         print(text.getvalue()[-9000:])
+    if args.window_run:
+        import streamcheck
+
+        n = args.window_run
+        window = (n // 4, n // 4 + 2)
+        runs = {}
+        for name in ("plain", "window", "full"):
+            watch = None
+            if name != "plain":
+                watch = streamcheck.watch(f"/tmp/native-profile-run-{name}", echo=False,
+                                          **({"steps": window} if name == "window" else {}))
+                watch.start()
+            started = time.perf_counter()
+            times, losses = loop.run(n)
+            total = time.perf_counter() - started
+            found = watch.stop() if watch is not None else []
+            runs[name] = (total, statistics.median(times), found, losses)
+        plain_total = runs["plain"][0]
+        print(f"\n{n} steps per run, watch(steps={window}) for the window run, one process, this order:")
+        for name, (total, median, found, losses) in runs.items():
+            print(f"{name:<8} total {total * 1000:9.1f} ms  {total / plain_total:.3f}x  median step {median:.2f} ms  "
+                  f"findings {[(f.rule, f.kind, f.count) for f in found]}")
+        results["window_run"] = {name: {"total_s": r[0], "median_ms": r[1], "findings": len(r[2])}
+                                 for name, r in runs.items()}
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     return 0

@@ -115,12 +115,13 @@ class NativeHooks:
             rec.on_capture_change = native.set_capturing_graph
         rec.hold_callback = native.hold_callback
         rec.on_active_change = native.set_active
-        native.set_active(rec.active)
         native.watch_this_thread(True)
+        native.set_active(rec.active)  # after: a window that starts closed takes the key out again at once
 
     def uninstall(self) -> None:
         native = self.module
         native.set_active(False)
+        native.restore_gpu_trace()  # the trace is torch's: leave it as it was found (CSAN reads it too)
         native.watch_this_thread(False)
         rec = self.recorder
         rec.on_active_change = None

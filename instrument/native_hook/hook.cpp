@@ -21,6 +21,7 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/core/impl/GPUTrace.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
 
@@ -188,6 +189,35 @@ void hook(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::S
   }
 }
 
+// Off (a step window closed, the watch stopping, an internal error): the calling thread's ops skip the hook
+// altogether (they are not even boxed; autograd's engine threads inherit that at the next backward()), and torch's
+// GPU trace, which calls into Python at every allocation and free once activated, is paused (it cannot be
+// deactivated: `haveState` is what its callers test). On: both come back. Other watched threads (user threads)
+// keep the hook, which returns at its first check.
+void set_active(bool active) {
+  State& s = state();
+  s.active = active;
+  if (!active && c10::impl::tls_is_dispatch_key_included(kHookKey)) {
+    c10::impl::tls_set_dispatch_key_included(kHookKey, false);
+    parked = true;
+  } else if (active && parked) {
+    c10::impl::tls_set_dispatch_key_included(kHookKey, true);
+    parked = false;
+  }
+  if (c10::impl::GPUTrace::gpuTraceState.load() != nullptr && s.gpu_trace_paused == active) {
+    c10::impl::GPUTrace::haveState = active;
+    s.gpu_trace_paused = !active;
+  }
+}
+
+void restore_gpu_trace() {
+  State& s = state();
+  if (s.gpu_trace_paused) {
+    c10::impl::GPUTrace::haveState = true;
+    s.gpu_trace_paused = false;
+  }
+}
+
 void install(py::object on_access, py::object on_special, py::object after_special, py::object on_error) {
   State& s = state();
   for (PyObject** slot : {&s.on_access, &s.on_special, &s.after_special, &s.on_error}) Py_XDECREF(*slot);
@@ -209,7 +239,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "streamcheck's per-op hook (see instrument/native_hook/hook.cpp)";
   bind_detector(m);
   m.def("install", &install, "Set the Python callbacks: on_access, on_special, after_special, on_error");
-  m.def("set_active", [](bool active) { state().active = active; });
+  m.def("set_active", &set_active, "Instrumentation on or off (off: no hook on this thread, GPU trace paused)");
+  m.def("restore_gpu_trace", &restore_gpu_trace, "Undo set_active(False)'s pause of torch's GPU trace");
   m.def("set_plan_source", [](py::object source) {
     State& s = state();
     std::lock_guard<std::mutex> lock(s.mutex);
@@ -229,7 +260,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     s.internal_code.clear();
   }, "Capture sites in C++ into a sites.SiteTable: its _classify and intern_chain, and its depth (None: in Python)");
   m.def("sites_in_cpp", []() { return kSitesInCpp; });
-  m.def("watch_this_thread", [](bool on) { c10::impl::tls_set_dispatch_key_included(kHookKey, on); },
+  m.def("watch_this_thread", [](bool on) {
+          parked = false;
+          c10::impl::tls_set_dispatch_key_included(kHookKey, on);
+        },
         "Put the hook's dispatch key in (or out of) this thread's included set");
   m.def("this_thread_watched", []() { return c10::impl::tls_is_dispatch_key_included(kHookKey); });
   m.def("hold_callback", []() {

@@ -55,6 +55,7 @@ struct State {
   c10::DeleterFnPtr cpu_deleter = nullptr;
   c10::DeleterFnPtr pinned_deleter = nullptr;
   std::atomic<bool> active{false};
+  bool gpu_trace_paused = false;  // set_active(false) paused torch's GPU trace (hook.cpp)
   bool cpu_as_device = false;  // tests: CPU tensors stand for device 0 tensors on the thread's test stream
 };
 
@@ -66,5 +67,6 @@ inline State& state() {
 inline thread_local int op_depth = 0;           // > 0 while this thread runs an op under the hook
 inline thread_local bool callbacks_held = false;  // Python held back a callback fired inside the current op
 inline thread_local int64_t test_stream = 0;
+inline thread_local bool parked = false;  // set_active(false) took the hook's key out of this thread's set
 
 }  // namespace streamcheck_native

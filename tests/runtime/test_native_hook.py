@@ -444,3 +444,16 @@ def test_ops_on_known_streams_and_sites_are_decided_in_cpp_without_a_python_call
     assert native_watch.detector.seq >= 101  # ... and yet the C++ detector saw every one of them
     assert native_watch.detector.races == []
     assert native_watch.detector.shadows[x.untyped_storage().data_ptr()].actor == "cuda:0/s5"
+
+
+def test_a_closed_step_window_takes_the_hook_off_the_thread_and_opening_it_puts_the_hook_back(module, tmp_path):
+    param = torch.nn.Parameter(torch.zeros(2))
+    optimizer = torch.optim.SGD([param], lr=0.1)
+    with Watch(tmp_path, rank=0, world_size=1, echo=False, backend="native", steps=(1, 2)) as watch:
+        assert watch.backend == "native"
+        assert not module.this_thread_watched()  # step 0 is outside the window: ops are not even boxed
+        optimizer.step()
+        assert watch.recorder.active and module.this_thread_watched()
+        optimizer.step()
+        assert not watch.recorder.active and not module.this_thread_watched()
+    assert not module.this_thread_watched()
