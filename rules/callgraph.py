@@ -17,8 +17,6 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Iterator
 
-import networkx as nx
-
 from .facts import MODULE_SCOPE, Call, FileFacts, FunctionFacts
 from .options import StaticOptions
 
@@ -68,7 +66,7 @@ class Edge:
 
 
 class CallGraph:
-    """Functions of all files and resolved call edges (also as a networkx MultiDiGraph)."""
+    """Functions of all files and resolved call edges (also as `callees`: function id -> the ids it may call)."""
 
     def __init__(self, files: list[FileFacts], options: StaticOptions) -> None:
         self.options = options
@@ -88,9 +86,11 @@ class CallGraph:
         self._bases_memo: dict[tuple[str, str], list[tuple[str, str]]] = {}
         self._assigned_memo: dict[tuple[str, str], set[str]] = {}
         self._index()
-        self.graph = nx.MultiDiGraph()
-        self.graph.add_nodes_from(self.functions)
-        self._edges_by_call: dict[tuple[str, int, int], list[Edge]] = {}
+        # Plain sets, not a networkx graph: the scan then never imports networkx (a warm scan starts 0.25 s
+        # sooner), and building them is a set insertion per edge.
+        self.callees: dict[str, set[str]] = {fid: set() for fid in self.functions}
+        self._calls_with_edges: dict[str, list[tuple[Call, list[Edge]]]] = {}  # function id -> its calls, in order
+        self._name_memo: dict[tuple[str, str, str], list[str]] = {}
         self._build_edges()
 
     # --- indexing ----------------------------------------------------------------------------------------------
@@ -187,7 +187,15 @@ class CallGraph:
         return []
 
     def _resolve_name_in_file(self, file: FileFacts, name: str, scope: str) -> list[str]:
-        """A (possibly dotted) name as seen from `scope` in `file`."""
+        """A (possibly dotted) name as seen from `scope` in `file` (memoized: every argument that is a name is
+        looked up as a possible callback, the same names again and again: 450 k lookups on vLLM)."""
+        key = (file.path, name, scope if "." not in name else "")
+        found = self._name_memo.get(key)
+        if found is None:
+            found = self._name_memo[key] = self._resolve_name(file, name, scope)
+        return found
+
+    def _resolve_name(self, file: FileFacts, name: str, scope: str) -> list[str]:
         head, _, tail = name.partition(".")
         if not tail:
             parts = [] if scope == MODULE_SCOPE else scope.split(".")
@@ -357,7 +365,8 @@ class CallGraph:
 
     def _build_edges(self) -> None:
         for function in self.functions.values():
-            for index, call in enumerate(function.facts.calls):
+            calls = self._calls_with_edges[function.id] = []
+            for call in function.facts.calls:
                 edges = []
                 for callee, exact in self.resolve(function, call):
                     if callee in self.functions:
@@ -366,15 +375,13 @@ class CallGraph:
                     for callee in self._resolve_name_in_file(function.file, ref, function.facts.qualname):
                         if callee in self.functions and not callee.endswith(".__init__"):  # a class named, not called
                             edges.append(Edge(function.id, call, callee, False))
-                self._edges_by_call[(function.id, index, call.line)] = edges
+                calls.append((call, edges))
                 for edge in edges:
-                    self.graph.add_edge(edge.caller, edge.callee, line=call.line, exact=edge.exact)
+                    self.callees[edge.caller].add(edge.callee)
 
     # --- queries -----------------------------------------------------------------------------------------------
     def calls_of(self, fid: str) -> Iterator[tuple[Call, list[Edge]]]:
-        function = self.functions[fid]
-        for index, call in enumerate(function.facts.calls):
-            yield call, self._edges_by_call[(fid, index, call.line)]
+        return iter(self._calls_with_edges[fid])
 
 
 def _enclosing_class(qualname: str, class_names: set[str]) -> str | None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections import deque
 
-import networkx as nx
 from functools import cached_property
 from typing import Any, Callable, Iterator
 
@@ -62,8 +61,19 @@ class Program(CallGraph):
             return True
         reached = self._reach_memo.get(fid)
         if reached is None:
-            reached = self._reach_memo[fid] = frozenset(nx.descendants(self.graph, fid))
+            reached = self._reach_memo[fid] = frozenset(self._descendants(fid))
         return not reached.isdisjoint(targets)
+
+    def _descendants(self, fid: str) -> set[str]:
+        """Every function some chain of calls from `fid` reaches (`fid` itself only through a cycle)."""
+        found: set[str] = set()
+        stack = [fid]
+        while stack:
+            for callee in self.callees[stack.pop()]:
+                if callee not in found:
+                    found.add(callee)
+                    stack.append(callee)
+        return found
 
     @cached_property
     def call_sites(self) -> dict[str, list[tuple[Function, Call]]]:
@@ -78,7 +88,7 @@ class Program(CallGraph):
     @cached_property
     def runs_on_current_stream(self) -> frozenset[str]:
         """Functions some call chain reaches outside every stream region (roots count: their callers are unknown)."""
-        called = {v for _, v in self.graph.edges()}
+        called = set().union(*self.callees.values())
         roots = [fid for fid in self.functions if fid not in called]
         seen = set(roots)
         queue = deque(roots)

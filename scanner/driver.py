@@ -20,11 +20,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from streamcheck.scanner.config import ScanConfig
-from streamcheck.scanner.extraction import default_jobs, extract_all  # noqa: F401 - default_jobs: public here too
+# default_jobs: public here too
+from streamcheck.scanner.extraction import default_jobs, extract_all, few_collections  # noqa: F401
 from streamcheck.scanner.facts_cache import CACHE_DIR_NAME, FactsCache, code_stamp
 from streamcheck.findings import Finding, Location, sorted_findings
 from streamcheck.scanner.sources import FolderProblem, SourceFile, Source, Unreadable, discover, read_source
-from streamcheck.scanner.suppressions import SC002, Suppression, apply_suppressions, find_suppressions, unused_suppressions
+from streamcheck.scanner.suppressions import (SC002, Suppression, apply_suppressions, find_suppressions,
+                                              unused_suppressions)
 
 # Rules the driver itself reports (the rules package does not know them).
 SC001 = "SC001"
@@ -83,7 +85,9 @@ class RulesBackend:
     """
 
     extract: Callable[[str, str, Any], Any]  # (source, path, options) -> facts; raises parse_failure
-    analyze: Callable[[list, Any, Any], list[Finding]]  # (facts_list, options, select) -> findings
+    # (facts_list, options, select, timings) -> findings; timings: a dict the backend may fill with its own phases
+    # ("whole-program", "rules": seconds), shown by --show-timings
+    analyze: Callable[[list, Any, Any, dict], list[Finding]]
     facts_to_dict: Callable[[Any], dict]
     facts_from_dict: Callable[[dict], Any]
     parse_failure: type[BaseException]
@@ -124,10 +128,10 @@ def default_backend(config: ScanConfig) -> RulesBackend:
     )
 
 
-def _analyze_with_rules(facts_list: list, options: Any, select: Any) -> list[Finding]:
+def _analyze_with_rules(facts_list: list, options: Any, select: Any, timings: dict | None = None) -> list[Finding]:
     from streamcheck.rules.engine import analyze
 
-    return analyze(facts_list, options, select)
+    return analyze(facts_list, options, select, timings)
 
 
 def _rule_docs_of_registry() -> dict[str, tuple[str, str]]:
@@ -155,6 +159,9 @@ class ScanResult:
     suppressed: int = 0
     baselined: int = 0
     seconds: float = 0.0
+    # phase -> seconds, in the order they ran: discovery (walk, read, suppressions), extraction (facts, cached or
+    # computed), then the backend's own phases (whole-program, rules), filters; the command adds report
+    timings: dict[str, float] = field(default_factory=dict)
 
 
 ProgressCallback = Callable[[int, int], None]  # (files done, files to extract)
@@ -173,6 +180,11 @@ def scan(
     progress: ProgressCallback | None = None,
 ) -> ScanResult:
     """Scan `paths`. Raises sources.MissingPath for a path that does not exist; everything else is reported."""
+    with few_collections():
+        return _scan(paths, config, backend, jobs, cache_dir, use_cache, report_unused_ignores, baseline, progress)
+
+
+def _scan(paths, config, backend, jobs, cache_dir, use_cache, report_unused_ignores, baseline, progress) -> ScanResult:
     started = time.perf_counter()
     backend = backend or default_backend(config)
     folder_problems: list[FolderProblem] = []
@@ -183,6 +195,7 @@ def scan(
 
     result = ScanResult(findings=[])
     read, raw, suppressions, identity = _read_files(files, config, result)
+    clock = _Clock(result.timings, started)
     # A folder nobody could list is a gap in the gate: SC001, not silence (once, if two given paths reach it).
     for problem in {problem.display: problem for problem in folder_problems}.values():
         raw.append(_sc001(problem.display, problem.message, 1, 1))
@@ -190,11 +203,12 @@ def scan(
     # Nothing changed since the last scan of the same paths: its raw findings still hold, no Facts are needed.
     scan_key = cache.scan_key(identity, config.select, config.ignore) if cache else None
     previous = cache.get_scan(scan_key) if cache and scan_key else None
+    clock.lap("discovery")
     if previous is not None:
         raw = previous
         result.cached = len(read)
     else:
-        raw += _analyze_files(read, config, backend, cache, jobs, progress, result)
+        raw += _analyze_files(read, config, backend, cache, jobs, progress, result, clock)
         if cache and scan_key:
             cache.put_scan(scan_key, raw)
 
@@ -213,8 +227,34 @@ def scan(
 
         kept, result.baselined = subtract_baseline(kept, baseline)
     result.findings = kept
+    clock.lap("filters")
     result.seconds = time.perf_counter() - started
     return result
+
+
+def timings_text(timings: dict[str, float]) -> str:
+    """--show-timings: one line per phase, in the order they ran, and the total."""
+    lines = [f"  {phase:<14} {seconds:7.3f} s" for phase, seconds in timings.items()]
+    lines.append(f"  {'total':<14} {sum(timings.values()):7.3f} s")
+    return "streamcheck: timings\n" + "\n".join(lines)
+
+
+class _Clock:
+    """Adds the time since the last lap to a phase of `timings`."""
+
+    def __init__(self, timings: dict[str, float], started: float) -> None:
+        self.timings, self.last = timings, started
+
+    def lap(self, phase: str) -> None:
+        now = time.perf_counter()
+        self.timings[phase] = self.timings.get(phase, 0.0) + now - self.last
+        self.last = now
+
+    def add(self, phases: dict[str, float]) -> None:
+        """Phases timed elsewhere (the backend's), taken out of the next lap."""
+        for phase, seconds in phases.items():
+            self.timings[phase] = self.timings.get(phase, 0.0) + seconds
+            self.last += seconds
 
 
 def _read_files(files: list[SourceFile], config: ScanConfig, result: ScanResult):
@@ -241,7 +281,8 @@ def _read_files(files: list[SourceFile], config: ScanConfig, result: ScanResult)
     return read, unreadable, suppressions, identity
 
 
-def _analyze_files(read, config, backend: RulesBackend, cache, jobs, progress, result: ScanResult) -> list[Finding]:
+def _analyze_files(read, config, backend: RulesBackend, cache, jobs, progress, result: ScanResult,
+                   clock: _Clock) -> list[Finding]:
     """Facts for every file (cache, else extraction), then the selected rules over all of them."""
     findings: list[Finding] = []
     facts_list: list[Any] = []
@@ -258,9 +299,13 @@ def _analyze_files(read, config, backend: RulesBackend, cache, jobs, progress, r
         _take_outcome(outcome, file, source, backend, facts_list, findings)
     if cache and to_extract:  # something changed: a good moment to drop what no scan has used for a while
         cache.prune({cache.key(file.display, source.digest) for file, source in read})
+    clock.lap("extraction")
     enabled = [rule_id for rule_id in backend.rule_ids if config.rule_enabled(rule_id)]
     if facts_list and enabled:
-        findings.extend(backend.analyze(facts_list, backend.options, enabled))
+        phases: dict[str, float] = {}
+        findings.extend(backend.analyze(facts_list, backend.options, enabled, phases))
+        clock.add(phases)
+        clock.lap("analysis" if not phases else "rules")
     return findings
 
 

@@ -10,6 +10,8 @@ and watches its parent id everywhere.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
 import time
 import warnings
@@ -27,6 +29,26 @@ def _init_pool_worker(backend: Any, cache: Any, parent: int) -> None:
     """A pool worker: as _init_worker, and it dies with the scan (see the module's docstring for why it must)."""
     _init_worker(backend, cache)
     _die_with_parent(parent)
+    gc.freeze()  # what the fork inherited is never collected here (nor its pages copied by the collector)
+    gc.set_threshold(*SCAN_GC_THRESHOLDS)
+
+
+# The facts pass makes millions of small objects (syntax trees, facts) and frees nearly all of them by reference
+# counting; with CPython's default thresholds (700, 10, 10) the cyclic collector then takes a third of the
+# extraction's time (measured: 6.2 s -> 4.4 s CPU on DeepSpeed 0.19.8) and of unpickling the workers' results.
+# Raised thresholds keep a collector for the few cycles (about 20 MB less memory than switching it off).
+SCAN_GC_THRESHOLDS = (10_000, 20, 100)
+
+
+@contextlib.contextmanager
+def few_collections():
+    """Raise the cyclic collector's thresholds for a scan, and restore them (the scan may run inside a program)."""
+    before = gc.get_threshold()
+    gc.set_threshold(*SCAN_GC_THRESHOLDS)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
 
 
 def _die_with_parent(parent: int) -> None:

@@ -104,6 +104,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     speed.add_argument("-j", "--jobs", type=int, metavar="N", help="worker processes (default: number of cores)")
     speed.add_argument("--no-cache", action="store_true", help="neither read nor write the per-file Facts cache")
     speed.add_argument("--cache-dir", metavar="DIR", help="cache folder (default: .streamcheck_cache at the root)")
+    speed.add_argument("--show-timings", action="store_true",
+                       help="print each phase's time to stderr (discovery, extraction, whole-program, rules, report)")
     parser.add_argument("--color", choices=["auto", "always", "never"], default="auto",
                         help="colours in text output (auto: only on a terminal, and not with NO_COLOR)")
     parser.add_argument("--no-progress", action="store_true", help="never show a progress bar")
@@ -224,10 +226,14 @@ def _run(args: argparse.Namespace, stdin) -> int:
             print(f"streamcheck: wrote {count} finding{'s' if count != 1 else ''} to {args.write_baseline}",
                   file=sys.stderr)
             return EXIT_CLEAN
+        report_started = time.perf_counter()
         _write(args, result, backend)
+        result.timings["report"] = time.perf_counter() - report_started
     except OSError as exc:
         print(f"streamcheck scan: cannot write {exc.filename or 'the report'}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_ERROR
+    if args.show_timings:
+        print(driver.timings_text(result.timings), file=sys.stderr)
     if result.findings and not args.exit_zero:
         return EXIT_FINDINGS
     return EXIT_CLEAN

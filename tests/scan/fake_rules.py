@@ -65,7 +65,7 @@ def extract(source: str, path: str, options) -> FakeFacts:
     return FakeFacts(path, marks)
 
 
-def analyze(facts_list, options, select=None) -> list[Finding]:
+def analyze(facts_list, options, select=None, timings=None) -> list[Finding]:
     analyze_calls.append(len(facts_list))
     findings = []
     for facts in facts_list:

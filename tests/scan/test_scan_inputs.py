@@ -165,7 +165,7 @@ def test_a_crash_in_fact_extraction_is_reported_not_raised(tree, capsys, monkeyp
 def test_a_crash_in_the_analysis_exits_2_with_a_message(tree, capsys, monkeypatch):
     from . import fake_rules
 
-    def explode(facts_list, options, select=None):
+    def explode(facts_list, options, select=None, timings=None):
         raise RecursionError("maximum recursion depth exceeded")
 
     monkeypatch.setattr(fake_rules, "analyze", explode)
