@@ -110,9 +110,11 @@ class NativeHooks:
         if self.fast_path:
             native.attach_fast_path(rec.sink.core, rec.deliver_races, self._named(lambda: rec.thread_actor()),
                                     self._named(lambda device, handle: rec.stream_actor(device, handle)),
-                                    rec.fresh_blocks)
+                                    lambda: rec.sites.capture(2))
             rec.on_backward_change = native.set_backward
             rec.on_capture_change = native.set_capturing_graph
+            if native.take_memory_reports(True):  # allocations and frees no longer come to cuda_trace.py
+                rec.fresh_block_source = native.take_fresh_block
         rec.hold_callback = native.hold_callback
         rec.on_active_change = native.set_active
         native.watch_this_thread(True)
@@ -128,6 +130,8 @@ class NativeHooks:
         rec.hold_callback = None
         rec.on_backward_change = None
         rec.on_capture_change = None
+        rec.fresh_block_source = None
+        native.take_memory_reports(False)
         native.attach_fast_path(None, None, None, None, None)
         native.install(_ignore, _ignore, _ignore, _ignore)  # drop our references; the hook stays registered
         native.set_site_table(None, None, 8)

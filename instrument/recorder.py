@@ -73,6 +73,8 @@ class Recorder:
         self._stream_names: dict[int, dict[int, str]] = {}  # device -> raw handle -> actor
         self._device_of_handle: dict[int, int] = {}
         self.fresh_blocks: dict[int, bool] = {}  # allocated, not yet written by an op: the next output there is an alloc
+        # Where the native hook takes the allocator's reports in C++ (native_hook/gpu_trace.h), its own fresh blocks
+        self.fresh_block_source: Callable[[int], bool] | None = None
         self._backward_caller: str | None = None
         self.backward_site = UNKNOWN_SITE
         self._engine_threads: list[tuple[int, str]] = []
@@ -275,6 +277,9 @@ class Recorder:
 
     def take_fresh_block(self, base: int) -> bool:
         """Whether `base` is a block the allocator gave out that no op wrote yet (then it is the op's allocation)."""
+        source = self.fresh_block_source
+        if source is not None:
+            return source(base)
         return self.fresh_blocks.pop(base, None) is not None
 
     def deliver_races(self) -> None:

@@ -11,6 +11,8 @@
 
 #include <atomic>
 #include <map>
+#include <mutex>
+#include <unordered_set>
 #include <utility>
 
 #include "detector.h"
@@ -25,7 +27,7 @@ struct FastPath {
   PyObject* deliver = nullptr;       // () -> None: Recorder.deliver_races (may raise RaceError into the program)
   PyObject* thread_actor = nullptr;  // () -> str: Recorder.thread_actor, for the calling thread ("": it failed)
   PyObject* stream_actor = nullptr;  // (device, handle) -> str: Recorder.stream_actor ("": it failed)
-  PyObject* fresh_blocks = nullptr;  // Recorder.fresh_blocks: {base: True} for blocks allocated, not yet written
+  PyObject* capture_site = nullptr;  // () -> site: sites.SiteTable.capture, where only Python can blame (sites.h: -2)
   std::atomic<uint64_t> generation{1};  // bumped when thread names are forgotten (after backward())
   int64_t backward_site = -1;
   bool in_backward = false;
@@ -38,6 +40,27 @@ inline FastPath& fast_path() {
   return *f;
 }
 
+// Blocks the allocator handed out that no op wrote yet: the next op output there is that block's allocation.
+// Filled by gpu_trace.h; the allocator reports from any thread, GIL or not: a mutex of its own.
+struct FreshBlocks {
+  std::mutex mutex;
+  std::unordered_set<uint64_t> blocks;
+  void add(uint64_t ptr) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (blocks.size() > (1u << 20)) blocks.clear();  // a bound: blocks freed before any op wrote them pile up
+    blocks.insert(ptr);
+  }
+  bool take(uint64_t ptr) {
+    std::lock_guard<std::mutex> lock(mutex);
+    return blocks.erase(ptr) != 0;
+  }
+};
+
+inline FreshBlocks& fresh_blocks() {
+  static FreshBlocks* f = new FreshBlocks();
+  return *f;
+}
+
 inline thread_local int thread_actor_id = -1;
 inline thread_local uint64_t thread_actor_generation = 0;
 inline thread_local bool capturing_graph = false;
@@ -46,19 +69,25 @@ inline std::string call_for_name(PyObject* fn, py::tuple args) {
   return py::reinterpret_borrow<py::object>(fn)(*args).cast<std::string>();
 }
 
+// GIL held. The calling thread's actor, named by the Recorder the first time (-1: it failed and switched off).
+inline int current_thread_actor(FastPath& f, Detector* d) {
+  uint64_t generation = f.generation.load(std::memory_order_relaxed);
+  if (thread_actor_id < 0 || thread_actor_generation != generation) {
+    std::string name = call_for_name(f.thread_actor, py::make_tuple());
+    if (name.empty()) return -1;
+    thread_actor_id = d->actor_id(name);
+    thread_actor_generation = generation;
+  }
+  return thread_actor_id;
+}
+
 // GIL held. False: the op goes the Python way (on_access) instead.
 inline bool decide_in_cpp(const Plan& plan, const OpAccesses& acc, int64_t stream_handle, int64_t site) {
   FastPath& f = fast_path();
   Detector* d = f.detector;
   if (d == nullptr || capturing_graph || site == -2) return false;
-  uint64_t generation = f.generation.load(std::memory_order_relaxed);
-  if (thread_actor_id < 0 || thread_actor_generation != generation) {
-    std::string name = call_for_name(f.thread_actor, py::make_tuple());
-    if (name.empty()) return true;  // the Recorder failed (and switched itself off): drop the op
-    thread_actor_id = d->actor_id(name);
-    thread_actor_generation = generation;
-  }
-  int thread = thread_actor_id;
+  int thread = current_thread_actor(f, d);
+  if (thread < 0) return true;  // the Recorder failed (and switched itself off): drop the op
   int actor = thread;
   if (acc.device >= 0) {
     auto key = std::make_pair(acc.device, stream_handle);
@@ -88,14 +117,8 @@ inline bool decide_in_cpp(const Plan& plan, const OpAccesses& acc, int64_t strea
   for (const Range& r : acc.writes) writes.push_back({static_cast<uint64_t>(r.base), r.start, r.end});
   for (const Range& r : acc.fresh) {
     bool on_device = r.device >= 0;
-    bool allocated = !on_device;
-    if (on_device && f.fresh_blocks != nullptr) {  // the allocator gave this block out and nothing wrote it yet
-      py::int_ key(static_cast<uint64_t>(r.base));
-      if (PyDict_GetItem(f.fresh_blocks, key.ptr()) != nullptr) {
-        allocated = true;
-        PyDict_DelItem(f.fresh_blocks, key.ptr());
-      }
-    }
+    // pinned host outputs are always new blocks; device ones when the allocator just gave the block out
+    bool allocated = !on_device || fresh_blocks().take(static_cast<uint64_t>(r.base));
     if (allocated) d->alloc(static_cast<uint64_t>(r.base), r.storage_bytes, on_device ? actor : thread, site);
     writes.push_back({static_cast<uint64_t>(r.base), r.start, r.end});
   }
@@ -107,10 +130,10 @@ inline bool decide_in_cpp(const Plan& plan, const OpAccesses& acc, int64_t strea
 }
 
 inline void attach_fast_path(py::object core, py::object deliver, py::object thread_actor, py::object stream_actor,
-                             py::object fresh_blocks) {
+                             py::object capture_site) {
   FastPath& f = fast_path();
   f.detector = nullptr;
-  for (PyObject** slot : {&f.owner, &f.deliver, &f.thread_actor, &f.stream_actor, &f.fresh_blocks}) {
+  for (PyObject** slot : {&f.owner, &f.deliver, &f.thread_actor, &f.stream_actor, &f.capture_site}) {
     Py_XDECREF(*slot);
     *slot = nullptr;
   }
@@ -125,7 +148,7 @@ inline void attach_fast_path(py::object core, py::object deliver, py::object thr
   f.deliver = deliver.release().ptr();
   f.thread_actor = thread_actor.release().ptr();
   f.stream_actor = stream_actor.release().ptr();
-  f.fresh_blocks = fresh_blocks.release().ptr();
+  f.capture_site = capture_site.release().ptr();
 }
 
 }  // namespace streamcheck_native

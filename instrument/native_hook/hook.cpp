@@ -27,6 +27,7 @@
 
 #include "detector_py.h"
 #include "fast_path.h"
+#include "gpu_trace.h"
 #include "memory.h"
 #include "plans.h"
 #include "sites.h"
@@ -66,6 +67,20 @@ bool returned_an_input(std::vector<Range>& reads, uintptr_t base) {
 struct OpScope {  // marks "inside an op" for callbacks fired while it runs
   OpScope() { ++op_depth; }
   ~OpScope() { --op_depth; }
+};
+
+struct FreesAfterOp {  // frees reported while the op ran reach the detector after its access (gpu_trace.h)
+  ~FreesAfterOp() {
+    if (frees_in_op.empty()) return;
+    try {
+      py::gil_scoped_acquire gil;
+      flush_frees_in_op();
+    } catch (py::error_already_set& e) {
+      e.restore();
+      PyErr_Clear();
+    } catch (...) {
+    }
+  }
 };
 
 void run_special(const Plan& plan, const c10::OperatorHandle& op, c10::DispatchKeySet rest, torch::jit::Stack* stack) {
@@ -136,6 +151,7 @@ void hook(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::S
     if (plan == nullptr) op.redispatchBoxed(rest, stack);
     return;
   }
+  FreesAfterOp frees_after;
   {
     OpScope in_op;
     try {
@@ -309,6 +325,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     f.backward_site = site.is_none() ? -1 : site.cast<int64_t>();
     if (!f.in_backward) f.generation.fetch_add(1);  // the Recorder forgets the engine threads' names after it
   }, "A backward() call began (its site) or ended (None)");
+  m.def("take_memory_reports", &take_memory_reports,
+        "Allocations and frees from torch's GPU trace handled in C++ (True) or by torch's Python callbacks (False); "
+        "False when the trace is not active");
+  m.def("take_fresh_block", [](uint64_t ptr) { return fresh_blocks().take(ptr); },
+        "Whether the allocator gave out this block and no op wrote it yet (then forget it)");
   m.def("set_capturing_graph", [](bool on) { capturing_graph = on; }, "This thread captures a CUDA graph");
   m.def("set_cpu_as_device", [](bool on) { state().cpu_as_device = on; }, "Tests: CPU tensors as device 0 tensors");
   m.def("set_test_stream", [](int64_t stream) { test_stream = stream; }, "Tests: this thread's current stream");

@@ -1,0 +1,155 @@
+// Allocations and frees from torch's GPU trace, taken in C++ while the fast path runs (fast_path.h).
+//
+// Once `torch._C._activate_gpu_trace()` ran, the CUDA caching allocator reports every block it hands out and takes
+// back through the interpreter in `GPUTrace::gpuTraceState`, and torch's interpreter turns each report into a Python
+// call (GIL, a module lookup, the callback registry): about one allocation and one free per op, several µs each,
+// the largest single cost of the watch before this file. `TraceInterpreter` takes that interpreter's place: the two
+// memory reports are handled here (a fresh-block set; the C++ detector's free), every other report and every other
+// method goes on to torch's own interpreter unchanged. Without the fast path it forwards everything.
+#pragma once
+
+#include <c10/core/impl/GPUTrace.h>
+#include <c10/core/impl/PyInterpreter.h>
+
+#include "fast_path.h"
+#include "sites.h"
+#include "state.h"
+
+namespace streamcheck_native {
+
+inline thread_local std::vector<std::pair<uint64_t, int64_t>> frees_in_op;  // (block, site) freed inside an op
+
+// GIL held. A free reaches the detector; inside an op it waits for the op's own access (recorder.py: order).
+inline void free_now(uint64_t ptr, int64_t site) {
+  FastPath& f = fast_path();
+  Detector* d = f.detector;
+  if (d == nullptr) return;
+  int thread = current_thread_actor(f, d);
+  if (thread < 0) return;
+  d->free(thread, ptr, site);
+}
+
+inline void flush_frees_in_op() {  // GIL held
+  if (frees_in_op.empty()) return;
+  std::vector<std::pair<uint64_t, int64_t>> frees;
+  frees.swap(frees_in_op);
+  for (const auto& entry : frees) free_now(entry.first, entry.second);
+}
+
+inline void on_free(uint64_t ptr) {
+  fresh_blocks().take(ptr);
+  if (!state().active.load(std::memory_order_relaxed)) return;
+  py::gil_scoped_acquire gil;
+  FastPath& f = fast_path();
+  Detector* d = f.detector;
+  if (d == nullptr) return;
+  // Most blocks were only used by their allocation stream: such a free races with nothing and needs no site.
+  int64_t site = -1;
+  if (d->free_can_race(ptr)) {
+    site = site_of_op();
+    if (site == -2 && f.capture_site != nullptr) site = py::reinterpret_borrow<py::object>(f.capture_site)().cast<int64_t>();
+  }
+  if (op_depth > 0) {
+    frees_in_op.emplace_back(ptr, site);
+    return;
+  }
+  free_now(ptr, site);
+}
+
+struct TraceInterpreter final : c10::impl::PyInterpreterVTable {
+  const c10::impl::PyInterpreter* torch_own = nullptr;
+  std::atomic<bool> memory_here{false};  // the fast path is attached: the memory reports are ours
+
+  const c10::impl::PyInterpreterVTable& own() const { return **torch_own; }
+
+  std::string name() const override { return own().name(); }
+  void incref(PyObject* o) const override { own().incref(o); }
+  void decref(PyObject* o) const override { own().decref(o); }
+  bool try_incref(const c10::impl::PyObjectSlot& slot) const override { return own().try_incref(slot); }
+  size_t refcnt(PyObject* o) const override { return own().refcnt(o); }
+  c10::intrusive_ptr<c10::TensorImpl> detach(const c10::TensorImpl* self) const override { return own().detach(self); }
+  void dispatch(const c10::OperatorHandle& op, torch::jit::Stack* stack) const override { own().dispatch(op, stack); }
+  void reportErrorCallback(PyObject* callback, c10::DispatchKey key) const override {
+    own().reportErrorCallback(callback, key);
+  }
+  void python_op_registration_trampoline(const c10::OperatorHandle& op, c10::DispatchKey key,
+                                         c10::DispatchKeySet keyset, torch::jit::Stack* stack, bool with_keyset,
+                                         bool with_op) const override {
+    own().python_op_registration_trampoline(op, key, keyset, stack, with_keyset, with_op);
+  }
+  void throw_abstract_impl_not_imported_error(std::string opname, const char* pymodule,
+                                              const char* context) const override {
+    own().throw_abstract_impl_not_imported_error(std::move(opname), pymodule, context);
+  }
+  void python_dispatcher(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+                         torch::jit::Stack* stack) const override {
+    own().python_dispatcher(op, keys, stack);
+  }
+  bool is_contiguous(const c10::TensorImpl* self, at::MemoryFormat f) const override { return own().is_contiguous(self, f); }
+  c10::SymBool sym_is_contiguous(const c10::TensorImpl* self, at::MemoryFormat f) const override {
+    return own().sym_is_contiguous(self, f);
+  }
+  bool is_strides_like(const c10::TensorImpl* self, at::MemoryFormat f) const override {
+    return own().is_strides_like(self, f);
+  }
+  bool is_non_overlapping_and_dense(const c10::TensorImpl* self) const override {
+    return own().is_non_overlapping_and_dense(self);
+  }
+  c10::Device device(const c10::TensorImpl* self) const override { return own().device(self); }
+  int64_t dim(const c10::TensorImpl* self) const override { return own().dim(self); }
+  c10::IntArrayRef strides(const c10::TensorImpl* self) const override { return own().strides(self); }
+  c10::IntArrayRef sizes(const c10::TensorImpl* self) const override { return own().sizes(self); }
+  c10::SymIntArrayRef sym_sizes(const c10::TensorImpl* self) const override { return own().sym_sizes(self); }
+  c10::Layout layout(const c10::TensorImpl* self) const override { return own().layout(self); }
+  int64_t numel(const c10::TensorImpl* self) const override { return own().numel(self); }
+  c10::SymInt sym_numel(const c10::TensorImpl* self) const override { return own().sym_numel(self); }
+  c10::SymIntArrayRef sym_strides(const c10::TensorImpl* self) const override { return own().sym_strides(self); }
+  c10::SymInt sym_storage_offset(const c10::TensorImpl* self) const override { return own().sym_storage_offset(self); }
+  void trace_gpu_event_creation(c10::DeviceType t, uintptr_t e) const override { own().trace_gpu_event_creation(t, e); }
+  void trace_gpu_event_deletion(c10::DeviceType t, uintptr_t e) const override { own().trace_gpu_event_deletion(t, e); }
+  void trace_gpu_event_record(c10::DeviceType t, uintptr_t e, uintptr_t s) const override {
+    own().trace_gpu_event_record(t, e, s);
+  }
+  void trace_gpu_event_wait(c10::DeviceType t, uintptr_t e, uintptr_t s) const override {
+    own().trace_gpu_event_wait(t, e, s);
+  }
+  void trace_gpu_memory_allocation(c10::DeviceType t, uintptr_t ptr) const override {
+    if (!memory_here.load(std::memory_order_relaxed)) return own().trace_gpu_memory_allocation(t, ptr);
+    if (state().active.load(std::memory_order_relaxed)) fresh_blocks().add(ptr);
+  }
+  void trace_gpu_memory_deallocation(c10::DeviceType t, uintptr_t ptr) const override {
+    if (!memory_here.load(std::memory_order_relaxed)) return own().trace_gpu_memory_deallocation(t, ptr);
+    on_free(ptr);
+  }
+  void trace_gpu_stream_creation(c10::DeviceType t, uintptr_t s) const override { own().trace_gpu_stream_creation(t, s); }
+  void trace_gpu_device_synchronization(c10::DeviceType t) const override { own().trace_gpu_device_synchronization(t); }
+  void trace_gpu_stream_synchronization(c10::DeviceType t, uintptr_t s) const override {
+    own().trace_gpu_stream_synchronization(t, s);
+  }
+  void trace_gpu_event_synchronization(c10::DeviceType t, uintptr_t e) const override {
+    own().trace_gpu_event_synchronization(t, e);
+  }
+  void reset_backward_hooks(const c10::TensorImpl* self) const override { own().reset_backward_hooks(self); }
+};
+
+inline TraceInterpreter& trace_interpreter() {
+  static TraceInterpreter* t = new TraceInterpreter();  // never destroyed: the allocator may report at exit
+  return *t;
+}
+
+// Put TraceInterpreter in front of torch's once its GPU trace is active; false when it is not (no CUDA, or not yet).
+inline bool take_memory_reports(bool on) {
+  TraceInterpreter& t = trace_interpreter();
+  static c10::impl::PyInterpreter* ours = nullptr;
+  const c10::impl::PyInterpreter* current = c10::impl::GPUTrace::gpuTraceState.load();
+  if (current == nullptr) return false;
+  if (ours == nullptr) ours = new c10::impl::PyInterpreter(&t);
+  if (current != ours) {
+    t.torch_own = current;
+    c10::impl::GPUTrace::gpuTraceState.store(ours);
+  }
+  t.memory_here = on;
+  return true;
+}
+
+}  // namespace streamcheck_native
