@@ -4,7 +4,7 @@
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export TOKENIZERS_PARALLELISM=false TRANSFORMERS_VERBOSITY=error
 rm -rf .scpkg && mkdir -p .scpkg && cp -r streamcheck .scpkg/ && cp -r instrument .scpkg/streamcheck/instrument \
-  && cp -r rules .scpkg/streamcheck/rules && cp -r scanner .scpkg/streamcheck/scanner && cp -r scanner .scpkg/streamcheck/scanner
+  && cp -r rules .scpkg/streamcheck/rules && cp -r scanner .scpkg/streamcheck/scanner
 for v in ${DS:-0.19.8}; do
   python3 -m pip install -q --no-index --no-deps --no-compile --target ".site-$v" .whl/deps/*.whl \
     .whl/deepspeed-$v/*.whl >/dev/null 2>&1 || echo "install of deepspeed $v failed"
