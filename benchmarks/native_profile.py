@@ -13,7 +13,8 @@ one unmeasured step each:
 - watch_py_detector: the same with STREAMCHECK_DETECTOR=python (every op through Python to the Python Detector);
 - window_closed: a watch with `steps=(10**6, 10**6 + 1)`: installed, never instrumenting;
 - window: `steps=(2, 4)` of the phase's steps (its findings are printed);
-- watch_mode: a full watch on the dispatch mode.
+- watch_mode: a full watch on the dispatch mode;
+- csan: PyTorch's CUDA sanitizer (torch.cuda._sanitizer), last: it cannot be switched off.
 Printed per phase: median step (ms), ratio to plain, and (for phases that count ops) µs per op over plain.
 `--profile N` then runs N steps of a full native watch under cProfile and prints the top functions by own time.
 """
@@ -36,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))  # the workloads; streamcheck itself comes installed
 
 PHASES = ("plain", "passthrough", "hook_noop", "trace_callbacks", "watch_null_sink", "watch", "watch_py_detector",
-          "window_closed", "window", "watch_mode")
+          "window_closed", "window", "watch_mode", "csan")
 
 
 class NullSink:
@@ -98,6 +99,10 @@ class Phase:
                 module.install(native._ignore, native._ignore, native._ignore, native._ignore)
 
             self.undo.append(undo)
+        elif name == "csan":
+            import torch.cuda._sanitizer as csan
+
+            csan.enable_cuda_sanitizer()
         elif name == "trace_callbacks":
             from streamcheck.instrument import cuda_trace
             from streamcheck.instrument.detector import Detector
@@ -164,13 +169,15 @@ def main() -> int:
         times, losses = loop.run(args.steps)
         extra = phase.stop()
         median = statistics.median(times)
-        if phase.ops:
+        if phase.ops and name == "passthrough":  # every op the dispatcher runs (hook_noop counts CUDA ops only)
             ops_per_step = phase.ops / args.steps
         results[name] = {"median_ms": median, "step_ms": times, "ops_per_step": phase.ops / args.steps, **extra}
         print(f"[{name}] median {median:.2f} ms; steps {' '.join(f'{t:.1f}' for t in times)}"
               + (f"; ops/step {phase.ops / args.steps:.0f}" if phase.ops else ""), flush=True)
     plain = results.get("plain", {}).get("median_ms")
     print(f"\nsetup {args.setup}, torch {torch.__version__}, {args.steps} steps per phase, one process, this order")
+    if ops_per_step:
+        print(f"ops per step (pass-through mode): {ops_per_step:.0f}")
     print(f"{'phase':<18}{'median':>10}{'vs plain':>10}{'us/op over plain':>18}")
     for name, r in results.items():
         ratio = f"{r['median_ms'] / plain:.2f}x" if plain else "-"
