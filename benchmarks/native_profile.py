@@ -152,6 +152,8 @@ def main() -> int:
     parser.add_argument("--phases", default=",".join(PHASES))
     parser.add_argument("--profile", type=int, default=0)
     parser.add_argument("--json", default=None)
+    parser.add_argument("--soak", type=int, default=0,
+                        help="then N steps under one full watch; every N/10 steps: step time, shadow state, RSS")
     parser.add_argument("--window-run", type=int, default=0,
                         help="then N steps plain, N with watch(steps=(N/4, N/4+2)), N with a full watch")
     args = parser.parse_args()
@@ -228,6 +230,30 @@ def main() -> int:
                   f"findings {[(f.rule, f.kind, f.count) for f in found]}")
         results["window_run"] = {name: {"total_s": r[0], "median_ms": r[1], "findings": len(r[2])}
                                  for name, r in runs.items()}
+    if args.soak:
+        import resource
+
+        import streamcheck
+        from streamcheck.instrument.memory import shadow_state_size
+
+        every = max(1, args.soak // 10)
+        watch = streamcheck.watch("/tmp/native-profile-soak", echo=False)
+        watch.start()
+        print(f"\nsoak: {args.soak} steps under one watch (backend {watch.backend}); every {every} steps:")
+        soak = []
+        for done in range(every, args.soak + 1, every):
+            times, _ = loop.run(every)
+            size = shadow_state_size(watch.detector)
+            rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+            with open("/proc/self/status") as status:
+                now = next(int(line.split()[1]) // 1024 for line in status if line.startswith("VmRSS"))
+            soak.append({"step": done, "median_ms": statistics.median(times), "rss_mb": now, **size})
+            print(f"  step {done:5d}: median {statistics.median(times):6.2f} ms, storages {size['storages']}, "
+                  f"segments {size['segments']}, shadow {size['bytes'] / 1e6:.2f} MB, RSS {now} MB "
+                  f"(peak {rss} MB)", flush=True)
+        found = watch.stop()
+        print(f"  findings: {[(f.rule, f.kind, f.count) for f in found]}; errors {watch.errors}")
+        results["soak"] = soak
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     return 0
