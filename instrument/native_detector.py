@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any, Callable
 
 from .detector import Access, Allocation, Race
+from .names import Names
 from .shadow import MIXED
 
 
@@ -91,9 +92,9 @@ class NativeDetector:
         self.core = module.Core()
         self.on_race = on_race
         self.races: list[Race] = []
-        self.sites: dict[int, list] = {}
-        self.stream_names: dict[str, str] = {}
-        self.storage_infos: dict[int, dict] = {}
+        self.names = Names()  # what the trace says about sites, streams and storages, as the Python Detector's
+        self.sites, self.stream_names, self.storage_infos = (self.names.sites, self.names.stream_names,
+                                                              self.names.storage_infos)
         self.header: dict = {}
         self.allocations = AllocationsView(self)
         self.shadows = ShadowsView(self.core)
