@@ -5,15 +5,13 @@
 
 Started by `streamcheck run` through the environment (STREAMCHECK=1, see launch.py) in every rank.
 
-- Report-and-continue: a race is written to the JSONL sink and echoed once to stderr; the program is never
-  interrupted, unless `fail_fast=True`, which raises RaceError at the first race.
+- Report-and-continue: a race becomes a finding in the JSONL file and is echoed once to stderr; the program is
+  never interrupted, unless `fail_fast=True`, which raises RaceError at the first race (finding_sink.py: dedupe,
+  counts, the file).
 - Any exception inside streamcheck is caught, reported once, and instrumentation switches itself off; the program
   runs on unobserved.
-- Findings are deduplicated by (race kind, earlier site, later site) — for a RAW race the write site and the read
-  site — with a count; sites are blamed on the first frame outside torch and streamcheck.
-- The sink: `<out_dir>/streamcheck-rank{R}.jsonl`, a header line, then one Finding.to_dict() line per new finding,
-  flushed at once so a killed job keeps what it found; `stop()` appends a final line for every finding seen more
-  than once, with its count (readers keep the last line of each fingerprint).
+- The backend: the C++ hook (native.py; with the C++ detector, native_detector.py, unless a trace is written) or
+  the Python dispatch mode (dispatch.py), chosen by `backend=` / STREAMCHECK_BACKEND.
 - `trace=PATH` also records every event into a trace that `streamcheck analyze` replays offline.
 - `steps=(first, last)` (or STREAMCHECK_STEPS=first:last) instruments only those optimizer steps, for always-on
   use; its blind spots are listed in sampling.py.
@@ -22,25 +20,19 @@ Started by `streamcheck run` through the environment (STREAMCHECK=1, see launch.
 from __future__ import annotations
 
 import atexit
-import dataclasses
-import json
 import os
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 from streamcheck.findings import Finding
 
-from .detector import Detector, Race
-from .races import Names, race_finding
+from .detector import Detector
+from .finding_sink import FindingSink, findings_path  # noqa: F401 - findings_path: the file's name, for callers
+from .races import Names
 from .recorder import RaceError, Recorder, Tee
 from .sites import SiteTable
-
-FINDINGS_FORMAT = "streamcheck-findings"
-FINDINGS_VERSION = 1
-_MAX_KEPT_RACES = 10000  # the Detector keeps every race; a long run must not grow without bound
 
 _current: "Watch | None" = None
 
@@ -73,12 +65,8 @@ def rank_path(path: str | os.PathLike, rank: int, world_size: int) -> Path:
     return path
 
 
-def findings_path(out_dir: str | os.PathLike, rank: int) -> Path:
-    return Path(out_dir) / f"streamcheck-rank{rank}.jsonl"
-
-
 class Watch:
-    """One process's runtime detector: hooks + Detector + dedupe + JSONL sink."""
+    """One process's runtime detector: its life cycle, the backend's hooks, the detector and the finding sink."""
 
     def __init__(self, out_dir: str | os.PathLike | None = None, *, rank: int | None = None,
                  world_size: int | None = None, fail_fast: bool = False, trace: str | os.PathLike | None = None,
@@ -95,20 +83,18 @@ class Watch:
         self.backend_choice = backend  # auto | native | mode; None: STREAMCHECK_BACKEND (instrument/native.py)
         self.backend: str | None = None  # what the hooks run on, once started
         self.notes: list[str] = []  # not errors: how the watch runs (a fallback to the dispatch mode)
-        self.findings: dict[tuple, Finding] = {}
-        self.counts: dict[tuple, int] = {}
+        self.sink = FindingSink(self.out_dir, self.rank, self.world_size, echo=echo, fail_fast=fail_fast,
+                                append=append)
+        self.findings, self.counts = self.sink.findings, self.sink.counts  # the sink's own dicts
         self.errors: list[str] = []
         self.detector: Detector | None = None
         self.recorder: Recorder | None = None
         self.started = False
-        self._sink = None
         self._trace = None
         self._names: Names | None = None
         self._hooks: list[Any] = []
         self._mode = None
         self._pinned = None
-        self._lock = threading.Lock()
-        self._storage_namer = None  # instrument/storage_names.StorageNamer, made at the first report
 
     # ---- life cycle ---------------------------------------------------------------------------------------------
     def start(self) -> "Watch":
@@ -137,7 +123,9 @@ class Watch:
             self._sites_traced, self._sites_lock = 0, threading.Lock()
             sink = Tee(self.detector, self._trace)
         self.recorder = Recorder(sink, sites, on_error=self._on_internal_error)
-        self._open_sink()
+        self.sink.bind(self.detector, self._names, self._trace)
+        self.sink.open()
+        self.path = self.sink.path
         _current = self
         self.started = True
         try:
@@ -157,13 +145,7 @@ class Watch:
         self._uninstall_hooks()
         if _current is self:
             _current = None
-        with self._lock:
-            if self._sink is not None:
-                for key, finding in self.findings.items():
-                    if self.counts[key] > 1:
-                        self._write_line(self.results_for(key).to_dict())
-                self._sink.close()
-                self._sink = None
+        self.sink.close()
         if self._trace is not None:
             self._trace.close()  # its last flush writes the sites not written yet
             self._trace = None
@@ -187,10 +169,10 @@ class Watch:
         self.stop()
 
     def results_for(self, key: tuple) -> Finding:
-        return dataclasses.replace(self.findings[key], count=self.counts[key])
+        return self.sink.results_for(key)
 
     def results(self) -> list[Finding]:
-        return [self.results_for(key) for key in self.findings]
+        return self.sink.results()
 
     # ---- hooks ---------------------------------------------------------------------------------------------------
     def _install_hooks(self) -> None:
@@ -270,8 +252,8 @@ class Watch:
                 and os.environ.get("STREAMCHECK_DETECTOR", "").strip().lower() != "python":
             from .native_detector import NativeDetector
 
-            return NativeDetector(on_race=self._on_race, module=self._native_module)
-        return Detector(on_race=self._on_race)
+            return NativeDetector(on_race=self.sink.on_race, module=self._native_module)
+        return Detector(on_race=self.sink.on_race)
 
     def _native_hooks(self, collectives: Any) -> Any:
         """The C++ per-op hook (instrument/native.py), or None for the dispatch mode (STREAMCHECK_BACKEND)."""
@@ -324,93 +306,11 @@ class Watch:
             rec.fail(exc)
         rec.take_pending_raise()
 
-    # ---- races ---------------------------------------------------------------------------------------------------
-    def _site_key(self, site: int, op: str) -> tuple:
-        frame = self._names.frame(site)
-        return (frame[0], frame[1]) if frame else ("<unknown>", op)
-
-    def _on_race(self, race: Race) -> None:
-        key = (race.kind, self._site_key(race.earlier.site, race.earlier.op),
-               self._site_key(race.later.site, race.later.op))
-        races = self.detector.races
-        if len(races) > _MAX_KEPT_RACES:
-            del races[: len(races) - _MAX_KEPT_RACES // 10]
-        with self._lock:
-            if key in self.counts:
-                self.counts[key] += 1
-                return
-            finding = self._finding(race)
-            self.findings[key] = finding
-            self.counts[key] = 1
-            self._write_line(finding.to_dict())
-        if self.echo:
-            print(f"streamcheck: rank {self.rank}: {finding.rule} {finding.message}", file=sys.stderr, flush=True)
-        if self.fail_fast:
-            raise RaceError(finding.message)
-
-    def _finding(self, race: Race) -> Finding:
-        return race_finding(race, self._names, rank=self.rank, pid=os.getpid(), world_size=self.world_size,
-                            tensor=self._storage_info(race))
-
-    def _storage_info(self, race: Race) -> dict:
-        """What the report says about the raced storage: name, shape, dtype, ds_id, allocation site.
-
-        Looked up once per storage when it is first reported (instrument/storage_names.py walks the live modules),
-        and kept in the Detector's (and the trace's) storage infos like any `storage_info` event."""
-        detector = self.detector
-        info = detector.storage_infos.get(race.storage)
-        if info is None:
-            info = {}
-            try:
-                if self._storage_namer is None:
-                    from .storage_names import StorageNamer
-
-                    self._storage_namer = StorageNamer()
-                info = self._storage_namer.describe(race.storage, race.start, race.end) or {}
-            except Exception:  # noqa: BLE001 - naming is a courtesy; the finding stands without it
-                info = {}
-            allocation = detector.allocations.get(race.storage)
-            frame = self._names.frame(allocation.site) if allocation is not None else None
-            if frame:
-                info["alloc_site"] = f"{frame[0].rsplit('/', 1)[-1]}:{frame[1]}"
-            detector.storage_infos[race.storage] = info  # inside the detector's call: no second sink call
-            if info and self._trace is not None:
-                self._trace.storage_info(race.storage, **info)
-        return dict(info)
-
     def _on_internal_error(self, exc: BaseException) -> None:
         message = f"streamcheck: internal error, instrumentation switched off for the rest of the run: {exc!r}"
         self.errors.append(repr(exc))
         print(message, file=sys.stderr, flush=True)
-        with self._lock:
-            self._write_line({"e": "error", "rank": self.rank, "error": repr(exc)})
-
-    # ---- the JSONL sink ------------------------------------------------------------------------------------------
-    def _open_sink(self) -> None:
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        path = findings_path(self.out_dir, self.rank)
-        self._sink = open(path, "a" if self.append else "w", encoding="utf-8")
-        self._write_line({"e": "header", "format": FINDINGS_FORMAT, "version": FINDINGS_VERSION, "rank": self.rank,
-                          "world_size": self.world_size, "pid": os.getpid(), "argv": list(sys.argv),
-                          "started": time.time(), "cuda": _cuda_available()})
-        self.path = path
-
-    def _write_line(self, record: dict) -> None:
-        if self._sink is None:
-            return
-        self._sink.write(json.dumps(record, default=str) + "\n")
-        self._sink.flush()
-
-
-def _cuda_available() -> bool | None:
-    """For the header: `streamcheck run` says so when a rank had no CUDA (then no stream ran, nothing can race)."""
-    try:
-        import torch
-
-        return bool(torch.cuda.is_available())
-    except Exception:  # noqa: BLE001 - the header must not fail the run
-        return None
-
+        self.sink.error(exc)
 
 def watch(out_dir: str | os.PathLike | None = None, **options: Any) -> Watch:
     """A Watch (not started): use it as a context manager, or call start() / stop()."""
