@@ -16,6 +16,8 @@ copies to and from them are synchronous.
 
 from __future__ import annotations
 
+import threading
+
 from dataclasses import dataclass
 from typing import Any
 
@@ -320,3 +322,36 @@ def report_record_stream(rec: Recorder, args: tuple) -> None:
         rec.emit("record_stream", rng[0], rec.stream_actor(stream.device_index, handle))
     except Exception as exc:  # noqa: BLE001
         rec.fail(exc)
+
+
+class ModeBackend:
+    """The dispatch mode as a backend, with the native hook's interface (native.NativeHooks): `install()` enters one
+    mode on the calling thread and keeps it entered (not a `with` block, so that the autograd engine's threads see
+    it too), `thread_entry()` makes the mode a user thread enters, `uninstall()` leaves it."""
+
+    name = "mode"
+
+    def __init__(self, recorder: Recorder, pinned: PinnedMemory, collectives: Any = None) -> None:
+        self.recorder = recorder
+        self.pinned = pinned
+        self.collectives = collectives
+        self.plans: dict = {}  # one plan per OpOverload, shared by every thread's mode
+        self._mode: StreamcheckMode | None = None
+        self._thread: int | None = None
+
+    def thread_entry(self) -> StreamcheckMode:
+        return StreamcheckMode(self.recorder, self.plans, self.pinned, self.collectives)
+
+    def install(self) -> None:
+        self._mode = self.thread_entry()
+        self._mode.__enter__()
+        self._thread = threading.get_ident()
+
+    def uninstall(self) -> None:
+        mode, self._mode = self._mode, None
+        if mode is None or threading.get_ident() != self._thread:
+            return
+        try:
+            mode.__exit__(None, None, None)
+        except Exception:  # noqa: BLE001 - a mode stack the program rearranged: leave it, it is inactive now
+            pass

@@ -86,7 +86,10 @@ class ThreadEntry:
 
 
 class NativeHooks:
-    """The Python half of the native hook: turns its calls into the Recorder's events."""
+    """The Python half of the native hook: turns its calls into the Recorder's events. A backend of the watch
+    (dispatch.ModeBackend is the other): install(), uninstall(), thread_entry()."""
+
+    name = "native"
 
     def __init__(self, recorder: Recorder, collectives: Any, module: Any) -> None:
         self.recorder = recorder

@@ -93,7 +93,6 @@ class Watch:
         self._trace = None
         self._names: Names | None = None
         self._hooks: list[Any] = []
-        self._mode = None
         self._pinned = None
 
     # ---- life cycle ---------------------------------------------------------------------------------------------
@@ -179,19 +178,14 @@ class Watch:
         import torch
 
         from .collectives import CollectiveHooks
-        from .dispatch import AccessCollector, StreamcheckMode
+        from .dispatch import AccessCollector, ModeBackend
         from .host import PinnedMemory
         from .threads import ThreadHooks
 
         rec = self.recorder
         pinned = self._pinned = PinnedMemory()
-        plans: dict = {}
         collectives = CollectiveHooks(rec, lambda: AccessCollector(pinned))
-
-        def make_mode() -> StreamcheckMode:
-            return StreamcheckMode(rec, plans, pinned, collectives)
-
-        native_hooks = self._native_hooks(collectives)
+        backend = self._native_hooks(collectives) or ModeBackend(rec, pinned, collectives)
 
         if torch.cuda.is_available():
             from . import cuda_trace
@@ -200,7 +194,7 @@ class Watch:
             self._hooks.append(cuda_trace)
         collectives.install()
         self._hooks.append(collectives)
-        threads = ThreadHooks(rec, native_hooks.thread_entry if native_hooks is not None else make_mode)
+        threads = ThreadHooks(rec, backend.thread_entry)
         threads.install()
         self._hooks.append(threads)
         from .launches import LaunchHooks
@@ -214,16 +208,9 @@ class Watch:
             window = StepWindow(rec, self.detector, *self.steps)
             window.install()
             self._hooks.append(window)
-        if native_hooks is not None:
-            native_hooks.install()
-            self._hooks.append(native_hooks)
-            self.backend = "native"
-            return
-        self.backend = "mode"
-        self._mode = make_mode()
-        # Kept entered (not a `with` block) so the autograd engine's threads see it too.
-        self._mode.__enter__()
-        self._mode_thread = threading.get_ident()
+        backend.install()  # last: the first op it sees is the program's
+        self._hooks.append(backend)
+        self.backend = backend.name
 
     def _load_native(self) -> tuple[Any, BaseException | None]:
         """(the C++ extension or None for the dispatch mode, the error that stops the watch or None)."""
@@ -266,14 +253,7 @@ class Watch:
         return native.NativeHooks(self.recorder, collectives, self._native_module)
 
     def _uninstall_hooks(self) -> None:
-        if self._mode is not None:
-            try:
-                if threading.get_ident() == self._mode_thread:
-                    self._mode.__exit__(None, None, None)
-            except Exception:  # noqa: BLE001 - a mode stack the program rearranged: leave it, it is inactive now
-                pass
-            self._mode = None
-        while self._hooks:
+        while self._hooks:  # the backend first
             hook = self._hooks.pop()
             try:
                 hook.uninstall()
