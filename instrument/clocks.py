@@ -1,5 +1,4 @@
-"""Vector clocks over actors: host threads ("T<ident>"), device streams ("cuda:<dev>/s<id>"), NCCL streams
-("nccl:<pg>/<dev>").
+"""Vector clocks over actors (actors.py): host threads, device streams, NCCL streams.
 
 A clock is a plain dict {actor: time}. An access made by actor A is stamped with the epoch (A, clock[A][A]); it
 happened before actor B's current point exactly when clock[B].get(A, 0) >= that time.
@@ -10,6 +9,8 @@ kernel path to one join.
 """
 
 from __future__ import annotations
+
+from .actors import device_of
 
 Clock = dict  # {actor: time}
 
@@ -22,17 +23,6 @@ def join(into: Clock, other: Clock) -> None:
     for actor, time in other.items():
         if into.get(actor, 0) < time:
             into[actor] = time
-
-
-def device_of(actor: str) -> int | None:
-    """The device index of a stream actor ("cuda:0/s7" -> 0, "nccl:pg/0" -> 0); None for host threads."""
-    if actor.startswith("cuda:"):
-        head = actor[5:].split("/", 1)[0]
-    elif actor.startswith("nccl:"):
-        head = actor.rsplit("/", 1)[-1]
-    else:
-        return None
-    return int(head) if head.isdigit() else None
 
 
 class Clocks:

@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from .actors import nccl_stream
 from .dispatch import collect_tensors
 from .recorder import Recorder
 
@@ -137,7 +138,7 @@ class CollectiveHooks:
                 work = self._remember_work(out, device)
                 thread = rec.thread_actor()
                 stream = rec.stream_actor(device)
-                comm = f"nccl:{self._group_name(group)}/{device}"
+                comm = nccl_stream(self._group_name(group), device)
                 calls = []
                 if comm not in self._named_comms:
                     self._named_comms.add(comm)

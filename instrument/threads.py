@@ -17,6 +17,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable
 
+from . import actors
 from .handoffs import install_handoffs
 from .recorder import Recorder
 
@@ -60,13 +61,13 @@ class ThreadHooks:
                 original_start(thread)
             finally:
                 if thread.ident is not None:
-                    rec.emit("thread_start", parent, f"T{thread.ident}")
+                    rec.emit("thread_start", parent, actors.host(thread.ident))
                 cleared.set()
 
         def join(thread: threading.Thread, timeout: float | None = None) -> None:
             original_join(thread, timeout)
             if rec.active and thread.ident is not None and not thread.is_alive():
-                rec.emit("thread_join", rec.thread_actor(), f"T{thread.ident}")
+                rec.emit("thread_join", rec.thread_actor(), actors.host(thread.ident))
 
         self._patch(threading.Thread, "start", start)
         self._patch(threading.Thread, "join", join)

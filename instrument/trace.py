@@ -3,8 +3,8 @@
 Format (version 1):
 - first line: {"e": "header", "format": "streamcheck-trace", "version": 1, "rank": R, "world_size": W, ...}
   (more header keys are allowed and kept; readers take the first non-blank line as the header);
-- then one object per Detector call: {"e": "<method>", <argument>: <value>, ...} with the argument names of
-  Detector's methods (EVENTS below); reads/writes are lists of [storage, start, end];
+- then one object per Sink call: {"e": "<method>", <argument>: <value>, ...} with the argument names of the Sink
+  protocol's methods (events.py: EVENTS); reads/writes are lists of [storage, start, end];
 - naming events: {"e": "site", "id": k, "frames": [[file, line, function], ...]} (innermost user frame first),
   {"e": "stream_name", "stream": S, "name": "..."}, {"e": "storage_info", "storage": id, "shape": [...], ...};
   they may come anywhere, before or after the events that use them (a watch writes each site with the flush that
@@ -13,49 +13,25 @@ Format (version 1):
 The n-th line after the header is event n (0-based): that is `Access.seq`. Readers ignore keys they don't know, and
 `replay` skips events it doesn't know (counting them), so later versions may add fields and events.
 
-Additions to notes/trace-contract.md (all backward compatible): Detector and TraceWriter both have `site(id,
-frames)`, `stream_name(stream, name)` and `storage_info(storage, **info)` methods, so a tee of every call gives a
-complete trace and a live Detector can name sites; `Access` has two more fields, `clock` (the actor's epoch) and
-`stream` (for collectives: the stream they were launched from); header keys beyond rank/world_size are free-form;
-`.gz` paths are written and read gzip-compressed.
+The Detector, the writer and the HB oracle are all Sinks (events.py), so a tee of every call gives a complete trace;
+`Access` has `clock` (the actor's epoch) and `stream` (for collectives: the stream they were launched from); header
+keys beyond rank/world_size are free-form; `.gz` paths are written and read gzip-compressed.
 """
 
 from __future__ import annotations
 
 import gzip
-import io
 import json
 import threading
 import zlib
 from pathlib import Path
 from typing import IO, Any, Iterable, Iterator
 
-FORMAT = "streamcheck-trace"
-VERSION = 1
+from streamcheck.constants import TRACE_FORMAT as FORMAT, TRACE_VERSION as VERSION, open_maybe_gzip
 
-# Every event a trace may hold and its arguments, in Detector's order; the first ones without a default are required.
-EVENTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    # name: (required arguments, optional arguments)
-    "stream_created": (("thread", "stream"), ()),
-    "kernel": (("thread", "stream"), ("reads", "writes", "site", "op")),
-    "host_access": (("thread",), ("reads", "writes", "site", "op")),
-    "event_record": (("thread", "event", "stream"), ()),
-    "event_wait": (("thread", "event", "stream"), ()),
-    "event_destroy": (("event",), ()),
-    "sync_event": (("thread", "event"), ()),
-    "sync_stream": (("thread", "stream"), ()),
-    "sync_device": (("thread", "device"), ()),
-    "thread_start": (("parent", "child"), ()),
-    "thread_join": (("parent", "child"), ()),
-    "alloc": (("storage", "size", "stream"), ("site",)),
-    "record_stream": (("storage", "stream"), ()),
-    "free": (("thread", "storage"), ("site",)),
-    "collective": (("thread", "stream", "comm"), ("reads", "writes", "async_op", "work", "site", "op")),
-    "work_wait": (("thread", "stream", "work"), ("blocking",)),
-    "site": (("id", "frames"), ()),
-    "stream_name": (("stream", "name"), ()),
-    "storage_info": (("storage",), ()),  # plus any descriptive keys
-}
+from .events import EVENTS, EventError, arguments, defaults
+
+__all__ = ["FORMAT", "VERSION", "EVENTS", "TraceError", "TraceWriter", "read_trace", "replay", "event_arguments"]
 
 
 class TraceError(ValueError):
@@ -63,7 +39,8 @@ class TraceError(ValueError):
 
 
 class TraceWriter:
-    """Writes a trace; has the same methods as Detector, so the runtime can tee every call into both.
+    """Writes a trace. A Sink: its event methods are made from the protocol (events.py, `_writer_method` below), so
+    the runtime can tee every call into a Detector and a writer.
 
     Lines are buffered and written `batch` at a time, on flush/close, and, with `flush_interval` (seconds), by a
     background thread at least that often, so that a run killed with SIGKILL loses at most that much of its trace.
@@ -142,73 +119,32 @@ class TraceWriter:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # ---- the Detector's methods -------------------------------------------------------------------------------
-    def stream_created(self, thread: str, stream: str) -> None:
-        self._emit({"e": "stream_created", "thread": thread, "stream": stream})
-
-    def kernel(self, thread: str, stream: str, reads: Iterable = (), writes: Iterable = (), site: int = -1,
-               op: str = "") -> None:
-        self._emit({"e": "kernel", "thread": thread, "stream": stream, "reads": _ranges(reads),
-                    "writes": _ranges(writes), "site": site, "op": op})
-
-    def host_access(self, thread: str, reads: Iterable = (), writes: Iterable = (), site: int = -1,
-                    op: str = "") -> None:
-        self._emit({"e": "host_access", "thread": thread, "reads": _ranges(reads), "writes": _ranges(writes),
-                    "site": site, "op": op})
-
-    def event_record(self, thread: str, event: int, stream: str) -> None:
-        self._emit({"e": "event_record", "thread": thread, "event": event, "stream": stream})
-
-    def event_wait(self, thread: str, event: int, stream: str) -> None:
-        self._emit({"e": "event_wait", "thread": thread, "event": event, "stream": stream})
-
-    def event_destroy(self, event: int) -> None:
-        self._emit({"e": "event_destroy", "event": event})
-
-    def sync_event(self, thread: str, event: int) -> None:
-        self._emit({"e": "sync_event", "thread": thread, "event": event})
-
-    def sync_stream(self, thread: str, stream: str) -> None:
-        self._emit({"e": "sync_stream", "thread": thread, "stream": stream})
-
-    def sync_device(self, thread: str, device: int) -> None:
-        self._emit({"e": "sync_device", "thread": thread, "device": device})
-
-    def thread_start(self, parent: str, child: str) -> None:
-        self._emit({"e": "thread_start", "parent": parent, "child": child})
-
-    def thread_join(self, parent: str, child: str) -> None:
-        self._emit({"e": "thread_join", "parent": parent, "child": child})
-
-    def alloc(self, storage: int, size: int, stream: str, site: int = -1) -> None:
-        self._emit({"e": "alloc", "storage": storage, "size": size, "stream": stream, "site": site})
-
-    def record_stream(self, storage: int, stream: str) -> None:
-        self._emit({"e": "record_stream", "storage": storage, "stream": stream})
-
-    def free(self, thread: str, storage: int, site: int = -1) -> None:
-        self._emit({"e": "free", "thread": thread, "storage": storage, "site": site})
-
-    def collective(self, thread: str, stream: str, comm: str, reads: Iterable = (), writes: Iterable = (),
-                   async_op: bool = False, work: int | None = None, site: int = -1, op: str = "") -> None:
-        self._emit({"e": "collective", "thread": thread, "stream": stream, "comm": comm, "reads": _ranges(reads),
-                    "writes": _ranges(writes), "async_op": async_op, "work": work, "site": site, "op": op})
-
-    def work_wait(self, thread: str, stream: str, work: int, blocking: bool = False) -> None:
-        self._emit({"e": "work_wait", "thread": thread, "stream": stream, "work": work, "blocking": blocking})
-
-    def site(self, id: int, frames: list) -> None:  # noqa: A002 - the trace's field name
-        self._emit({"e": "site", "id": id, "frames": [list(frame) for frame in frames]})
-
-    def stream_name(self, stream: str, name: str) -> None:
-        self._emit({"e": "stream_name", "stream": stream, "name": name})
-
-    def storage_info(self, storage: int, **info: Any) -> None:
-        self._emit({"e": "storage_info", "storage": storage, **info})
-
-
 def _ranges(ranges: Iterable) -> list:
     return [list(r) for r in ranges]
+
+
+_AS_WRITTEN = {"reads": "_ranges({})", "writes": "_ranges({})", "frames": "[list(frame) for frame in {}]"}
+
+
+def _writer_method(name: str):
+    """TraceWriter's method for one Sink event, made from the protocol's signature (as dataclasses make __init__):
+    a plain function, as fast as a hand-written one."""
+    required, optional = EVENTS[name]
+    values = defaults(name)
+    parameters = [*required, *(f"{key}={key}_default" for key in optional)]
+    fields = [f"{key!r}: {_AS_WRITTEN.get(key, '{}').format(key)}" for key in (*required, *optional)]
+    extra = ", **info" if name == "storage_info" else ""
+    source = (f"def {name}(self, {', '.join(parameters)}{extra}):\n"
+              f"    self._emit({{'e': {name!r}, {', '.join(fields)}{extra}}})\n")
+    scope = {"_ranges": _ranges, **{f"{key}_default": value for key, value in values.items()}}
+    exec(source, scope)  # noqa: S102 - source built from the Sink protocol's own names above
+    method = scope[name]
+    method.__qualname__ = f"TraceWriter.{name}"
+    return method
+
+
+for _name in EVENTS:
+    setattr(TraceWriter, _name, _writer_method(_name))
 
 
 # Field types every reader checks, so that a damaged or foreign line is one bad line, never a TypeError deep in a
@@ -295,11 +231,9 @@ def read_trace(source: str | Path | IO[str], problems: list[str] | None = None) 
             raise TraceError(f"{name}: cannot open: {exc.strerror or exc}") from None
         with raw:
             try:
-                magic = raw.read(2)
-                raw.seek(0)
+                binary = open_maybe_gzip(raw)
             except OSError as exc:
                 raise TraceError(f"{name}: cannot read: {exc.strerror or exc}") from None
-            binary = gzip.GzipFile(fileobj=raw) if magic == b"\x1f\x8b" else raw
             yield from _parse(binary, name, problems)
     else:
         yield from _parse(source, getattr(source, "name", "<trace>"), problems)
@@ -386,14 +320,10 @@ def _check_header(event: dict, name: str, number: int = 1) -> None:
 
 def event_arguments(event: dict, line: int | str = "?") -> dict:
     """The keyword arguments of a known event (unknown keys dropped); TraceError if a required one is missing."""
-    name = event["e"]
-    required, optional = EVENTS[name]
-    missing = [key for key in required if key not in event]
-    if missing:
-        raise TraceError(f"event {line}: {name!r} lacks {', '.join(missing)}")
-    if name == "storage_info":
-        return {key: value for key, value in event.items() if key != "e"}
-    return {key: event[key] for key in required + optional if key in event}
+    try:
+        return arguments(event)
+    except EventError as exc:
+        raise TraceError(f"event {line}: {exc}") from None
 
 
 def replay(events: Iterable[dict], detector: Any, problems: list[str] | None = None) -> dict:

@@ -16,10 +16,10 @@ import re
 from typing import Mapping
 
 from streamcheck.findings import Finding
+from streamcheck.instrument.actors import parse
 
 _SITE = re.compile(r"\bat (?P<file>[^\s:]+\.py):(?P<line>\d+)")
 _ASSIGN = re.compile(r"^\s*(?P<target>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)\s*(?::[^=]+)?=\s*(?P<value>.+)$")
-_STREAM_ID = re.compile(r"^cuda:\d+/s(\d+)$")
 DEFAULT_STREAM = "torch.cuda.default_stream()"
 
 
@@ -29,8 +29,7 @@ def code_names(finding: Finding, names: Mapping[str, str]) -> dict[str, str]:
     found: dict[str, str] = {}
     for actor in {*names, *(str((finding.extra.get(w) or {}).get(k, "")) for w in ("earlier", "later")
                             for k in ("actor", "stream"))}:
-        match = _STREAM_ID.match(actor)
-        if match and match.group(1) == "0":
+        if parse(actor).is_default_stream:
             found[actor] = DEFAULT_STREAM
             continue
         label = str(names.get(actor, ""))

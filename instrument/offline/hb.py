@@ -36,10 +36,11 @@ from typing import Iterable
 
 import networkx as nx
 
-from streamcheck.instrument.clocks import device_of
+from streamcheck.instrument.actors import device_of
 from streamcheck.instrument.detector import Access, Race, race_kind
 from streamcheck.instrument.names import Names
-from streamcheck.instrument.trace import EVENTS, event_arguments
+from streamcheck.instrument.events import deliver
+from streamcheck.instrument.trace import replay
 
 Intervals = list  # sorted, disjoint [(start, end), ...]
 
@@ -105,24 +106,25 @@ class HappensBefore:
         self._works: dict[int, int] = {}
         self._allocations: dict[int, tuple[str | None, set]] = {}
         self._history: dict[int, list[tuple[Access, int, int, int]]] = {}  # storage -> (access, node, start, end)
-        self._pending_frees: dict[str, list[tuple]] = {}  # pool stream -> (free event, history, recorded nodes)
+        self._pending_frees: dict[str, list[tuple]] = {}  # pool stream -> (free access, storage, history, held)
+        self.seq = 0  # the index of the event being added (replay sets it)
 
     @classmethod
     def from_events(cls, events: Iterable[dict], find_races: bool = True) -> "HappensBefore":
         hb = cls(find_races)
-        seq = 0
-        for event in events:
-            if event.get("e") == "header":
-                continue
-            if event.get("e") in EVENTS:
-                hb.add(event, seq)
-            seq += 1
+        replay(events, hb)
         return hb
 
-    # ---- building -------------------------------------------------------------------------------------------------
-    def _node(self, actor: str | None, seq: int, label: str, after: Iterable[tuple[int | None, str]] = ()) -> int:
+    def add(self, event: dict, seq: int) -> None:
+        """Add one trace event (a dict as read_trace yields it) with its index."""
+        self.seq = seq
+        deliver(self, event)
+
+    # ---- building: the Sink's events (instrument/events.py), each with its index in self.seq -------------------------
+    def _node(self, actor: str | None, label: str, after: Iterable[tuple[int | None, str]] = (),
+              seq: int | None = None) -> int:
         node = self.graph.number_of_nodes()
-        self.graph.add_node(node, actor=actor or "", seq=seq, label=label)
+        self.graph.add_node(node, actor=actor or "", seq=self.seq if seq is None else seq, label=label)
         if actor is not None:
             chain = self.chains.setdefault(actor, [])
             if chain:
@@ -137,73 +139,94 @@ class HappensBefore:
         chain = self.chains.get(actor)
         return chain[-1] if chain else None
 
-    def add(self, event: dict, seq: int) -> None:
-        """Add one trace event (a dict as read_trace yields it) with its index."""
-        name = event["e"]
-        a = event_arguments(event, seq)
-        if name in ("kernel", "host_access"):
-            actor = a["stream"] if name == "kernel" else a["thread"]
-            after = [(self.last(a["thread"]), "enqueue")] if name == "kernel" else []
-            node = self._node(actor, seq, a.get("op", "") or name, after)
-            if name == "kernel":
-                self._check_frees(actor, node, a, seq)
-            self._accesses(node, actor, a["thread"], a, seq, "")
-        elif name in ("stream_created", "event_record", "event_wait"):
-            after = [(self.last(a["thread"]), "enqueue")]
-            if name == "event_wait":
-                after.append((self._events.get(a["event"]), "event"))
-            node = self._node(a["stream"], seq, name.replace("_", " "), after)
-            if name == "event_record":
-                self._events[a["event"]] = node
-        elif name == "event_destroy":
-            self._events.pop(a["event"], None)
-        elif name == "sync_event":
-            self._node(a["thread"], seq, "event synchronize", [(self._events.get(a["event"]), "sync")])
-        elif name == "sync_stream":
-            self._node(a["thread"], seq, "stream synchronize", [(self.last(a["stream"]), "sync")])
-        elif name == "sync_device":
-            streams = [actor for actor in self.chains if device_of(actor) == a["device"]]
-            self._node(a["thread"], seq, "device synchronize", [(self.last(s), "sync") for s in streams])
-        elif name == "thread_start":
-            self._node(a["child"], seq, "thread start", [(self.last(a["parent"]), "thread")])
-        elif name == "thread_join":
-            self._node(a["parent"], seq, "thread join", [(self.last(a["child"]), "thread")])
-        elif name == "collective":
-            launch = self._node(a["stream"], seq, f"launch {a.get('op', '') or 'collective'}",
-                                [(self.last(a["thread"]), "enqueue")])
-            self._check_frees(a["stream"], launch, a, seq)
-            node = self._node(a["comm"], seq, a.get("op", "") or "collective", [(launch, "collective")])
-            self._accesses(node, a["comm"], a["thread"], a, seq, a["stream"])
-            if a.get("work") is not None:
-                self._works[a["work"]] = node
-            if not a.get("async_op", False):
-                self._node(a["stream"], seq, "collective end", [(node, "collective")])
-        elif name == "work_wait":
-            done = self._works.get(a["work"])
-            self._node(a["stream"], seq, "work wait", [(self.last(a["thread"]), "enqueue"), (done, "work")])
-            if a.get("blocking", False):
-                self._node(a["thread"], seq, "work wait (blocking)", [(done, "work")])
-        elif name == "alloc":
-            self._history.pop(a["storage"], None)
-            self._allocations[a["storage"]] = (a["stream"], set())
-        elif name == "record_stream":
-            self._allocations.setdefault(a["storage"], (None, set()))[1].add(a["stream"])
-        elif name == "free":
-            self._free(a, seq)
-        elif name == "site":
-            self.sites[a["id"]] = a["frames"]
-        elif name == "stream_name":
-            self.stream_names[a["stream"]] = a["name"]
-        elif name == "storage_info":
-            self.storage_infos[a["storage"]] = {k: v for k, v in a.items() if k != "storage"}
+    def _enqueue(self, thread: str, stream: str, label: str, *after: tuple[int | None, str]) -> int:
+        """A node on `stream` after the enqueuing thread's last node (and after `after`)."""
+        return self._node(stream, label, [(self.last(thread), "enqueue"), *after])
 
-    def _accesses(self, node: int, actor: str, thread: str, a: dict, seq: int, stream: str) -> None:
-        self.access_nodes[(seq, actor)] = node
-        site, op = a.get("site", -1), a.get("op", "")
-        for is_write, ranges in ((False, a.get("reads") or ()), (True, a.get("writes") or ())):
+    def kernel(self, thread: str, stream: str, reads=(), writes=(), site: int = -1, op: str = "") -> None:
+        node = self._enqueue(thread, stream, op or "kernel")
+        self._check_frees(stream, node, thread, site, op)
+        self._accesses(node, stream, thread, reads, writes, site, op, "")
+
+    def host_access(self, thread: str, reads=(), writes=(), site: int = -1, op: str = "") -> None:
+        node = self._node(thread, op or "host_access")
+        self._accesses(node, thread, thread, reads, writes, site, op, "")
+
+    def stream_created(self, thread: str, stream: str) -> None:
+        self._enqueue(thread, stream, "stream created")
+
+    def event_record(self, thread: str, event: int, stream: str) -> None:
+        self._events[event] = self._enqueue(thread, stream, "event record")
+
+    def event_wait(self, thread: str, event: int, stream: str) -> None:
+        self._enqueue(thread, stream, "event wait", (self._events.get(event), "event"))
+
+    def event_destroy(self, event: int) -> None:
+        self._events.pop(event, None)
+
+    def sync_event(self, thread: str, event: int) -> None:
+        self._node(thread, "event synchronize", [(self._events.get(event), "sync")])
+
+    def sync_stream(self, thread: str, stream: str) -> None:
+        self._node(thread, "stream synchronize", [(self.last(stream), "sync")])
+
+    def sync_device(self, thread: str, device: int) -> None:
+        streams = [actor for actor in self.chains if device_of(actor) == device]
+        self._node(thread, "device synchronize", [(self.last(s), "sync") for s in streams])
+
+    def thread_start(self, parent: str, child: str) -> None:
+        self._node(child, "thread start", [(self.last(parent), "thread")])
+
+    def thread_join(self, parent: str, child: str) -> None:
+        self._node(parent, "thread join", [(self.last(child), "thread")])
+
+    def collective(self, thread: str, stream: str, comm: str, reads=(), writes=(), async_op: bool = False,
+                   work: int | None = None, site: int = -1, op: str = "") -> None:
+        launch = self._enqueue(thread, stream, f"launch {op or 'collective'}")
+        self._check_frees(stream, launch, thread, site, op)
+        node = self._node(comm, op or "collective", [(launch, "collective")])
+        self._accesses(node, comm, thread, reads, writes, site, op, stream)
+        if work is not None:
+            self._works[work] = node
+        if not async_op:
+            self._node(stream, "collective end", [(node, "collective")])
+
+    def work_wait(self, thread: str, stream: str, work: int, blocking: bool = False) -> None:
+        done = self._works.get(work)
+        self._enqueue(thread, stream, "work wait", (done, "work"))
+        if blocking:
+            self._node(thread, "work wait (blocking)", [(done, "work")])
+
+    def alloc(self, storage: int, size: int, stream: str, site: int = -1) -> None:
+        self._history.pop(storage, None)
+        self._allocations[storage] = (stream, set())
+
+    def record_stream(self, storage: int, stream: str) -> None:
+        self._allocations.setdefault(storage, (None, set()))[1].add(stream)
+
+    def free(self, thread: str, storage: int, site: int = -1) -> None:
+        stream, recorded = self._allocations.pop(storage, (None, set()))
+        history = self._history.pop(storage, None)  # nothing can touch a freed block again: its history ends here
+        if stream is not None and history:
+            held = [(self.last(r), "record_stream") for r in sorted(recorded)]
+            free = Access(stream, thread, True, site, "free", self.seq, 0, "")
+            self._pending_frees.setdefault(stream, []).append((free, storage, history, held))
+
+    def site(self, id: int, frames: list) -> None:  # noqa: A002 - the trace's field name
+        self.sites[id] = frames
+
+    def stream_name(self, stream: str, name: str) -> None:
+        self.stream_names[stream] = name
+
+    def storage_info(self, storage: int, **info) -> None:
+        self.storage_infos[storage] = info
+
+    def _accesses(self, node: int, actor: str, thread: str, reads, writes, site: int, op: str, stream: str) -> None:
+        self.access_nodes[(self.seq, actor)] = node
+        for is_write, ranges in ((False, reads or ()), (True, writes or ())):
             if not ranges:
                 continue
-            access = Access(actor, thread, is_write, site, op, seq, 0, stream)
+            access = Access(actor, thread, is_write, site, op, self.seq, 0, stream)
             met: dict[tuple, Race] = {}
             for storage, start, end in ranges:
                 if start >= end:
@@ -212,22 +235,13 @@ class HappensBefore:
                 self._history.setdefault(storage, []).append((access, node, start, end))
             self._found.extend(met.values())
 
-    def _free(self, a: dict, seq: int) -> None:
-        storage = a["storage"]
-        stream, recorded = self._allocations.pop(storage, (None, set()))
-        history = self._history.pop(storage, None)  # nothing can touch a freed block again: its history ends here
-        if stream is not None and history:
-            held = [(self.last(r), "record_stream") for r in sorted(recorded)]
-            self._pending_frees.setdefault(stream, []).append((a, seq, storage, history, held))
-
-    def _check_frees(self, stream: str, work: int, a: dict, seq: int) -> None:
+    def _check_frees(self, stream: str, work: int, thread: str, site: int, op: str) -> None:
         """The pool stream's next work after frees of its blocks: a FREE race where a block's history is unordered."""
-        for free, free_seq, storage, history, held in self._pending_frees.pop(stream, ()):
-            node = self._node(None, free_seq, "free", [(work, "reuse")] + held)
+        for access, storage, history, held in self._pending_frees.pop(stream, ()):
+            node = self._node(None, "free", [(work, "reuse")] + held, seq=access.seq)
             self.graph.nodes[node]["actor"] = stream
-            self.access_nodes[(free_seq, stream)] = node
-            access = Access(stream, free["thread"], True, free.get("site", -1), "free", free_seq, 0, "")
-            reuse = Access(stream, a["thread"], True, a.get("site", -1), a.get("op", ""), seq, 0, "")
+            self.access_nodes[(access.seq, stream)] = node
+            reuse = Access(stream, thread, True, site, op, self.seq, 0, "")
             touched: Intervals = []
             for _, _, start, end in history:
                 touched = _union(touched, [(start, end)])

@@ -21,15 +21,13 @@ to `extra` and rewrites message and fix with these words, so json, sarif and git
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from streamcheck.findings import ROLE_SYNC, Finding
+from streamcheck.instrument.actors import NCCL, STREAM, is_host, parse
 from streamcheck.instrument.names import Names
 
-_STREAM = re.compile(r"^cuda:(\d+)/s(\d+)$")
-_NCCL = re.compile(r"^nccl:(.+)/(\d+)$")
 _KIND_WORDS = {"RAW": "read-after-write", "WAR": "write-after-read", "WAW": "write-after-write",
                "FREE": "free-while-in-use", "HOST": "host-device"}
 
@@ -39,43 +37,30 @@ def is_runtime_finding(finding: Finding) -> bool:
     return isinstance(extra.get("earlier"), dict) and isinstance(extra.get("later"), dict)
 
 
-def is_host(actor: str) -> bool:
-    return actor.startswith("T")
-
-
 def stream_label(actor: str, names: Mapping[str, str] | None = None, world_size: int = 0) -> str:
     """A person's name for an actor id (see the module docstring)."""
+    who = parse(actor)
+    device = who.device if who.kind in (STREAM, NCCL) else None
     if names and names.get(actor):
         name = str(names[actor])
-        match = _STREAM.match(actor)
         # "first used at x.py:3 in f" -> "side stream first used at ..."; look only before " at " so that a file
         # name such as test_streams.py does not count as the name already saying "stream".
-        if match and "stream" not in name.split(" at ", 1)[0]:
-            name = f"{'compute' if match.group(2) == '0' else 'side'} stream {name}"
-        device = device_of(actor)
+        if who.kind == STREAM and "stream" not in name.split(" at ", 1)[0]:
+            name = f"{'compute' if who.is_default_stream else 'side'} stream {name}"
         if device is None or "cuda:" in name:
             return name
         return f"{name} cuda:{device}" if name.endswith("stream") else f"{name} on cuda:{device}"
-    match = _STREAM.match(actor)
-    if match:
-        device, handle = match.groups()
-        if handle == "0":
+    if who.kind == STREAM:
+        if who.is_default_stream:
             return f"compute stream cuda:{device}"
-        return f"side stream 0x{int(handle):x} on cuda:{device}"
-    match = _NCCL.match(actor)
-    if match:
-        group, device = match.groups()
-        if group in ("0", "default_pg") and world_size > 0:
+        return f"side stream 0x{who.stream:x} on cuda:{device}"
+    if who.kind == NCCL:
+        if who.group in ("0", "default_pg") and world_size > 0:
             return f"NCCL stream of group {list(range(world_size))} on cuda:{device}"
-        return f"NCCL stream of group {group} on cuda:{device}"
-    if is_host(actor):
+        return f"NCCL stream of group {who.group} on cuda:{device}"
+    if who.is_host:
         return f"host thread {actor}"
     return actor
-
-
-def device_of(actor: str) -> int | None:
-    match = _STREAM.match(actor) or _NCCL.match(actor)
-    return int(match.groups()[-1] if match.re is _NCCL else match.group(1)) if match else None
 
 
 def display_path(path: str) -> str:
@@ -200,12 +185,12 @@ def _code_name(actor: str, other: str) -> str:
     def base(a: str) -> str:
         if is_host(a):
             return "thread"
-        return "compute" if a.endswith("/s0") and _STREAM.match(a) else "side"
+        return "compute" if parse(a).is_default_stream else "side"
 
     name = base(actor)
-    match = _STREAM.match(actor)
-    if match and name == "side" and other != actor and base(other) == "side":
-        name = f"side_{int(match.group(2)):x}"
+    who = parse(actor)
+    if who.kind == STREAM and name == "side" and other != actor and base(other) == "side":
+        name = f"side_{who.stream:x}"
     return name
 
 
