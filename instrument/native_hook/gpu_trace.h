@@ -56,6 +56,9 @@ inline void on_free(uint64_t ptr) {
   free_now(ptr, site);
 }
 
+#ifndef STREAMCHECK_NO_MEMORY_REPORTS
+// Every method of torch's interpreter table is overridden (it has no defaults): a torch whose table differs fails to
+// compile this, and native.py builds again with STREAMCHECK_NO_MEMORY_REPORTS (the reports then go to Python).
 struct TraceInterpreter final : c10::impl::PyInterpreterVTable {
   const c10::impl::PyInterpreter* torch_own = nullptr;
   std::atomic<bool> memory_here{false};  // the fast path is attached: the memory reports are ours
@@ -151,5 +154,8 @@ inline bool take_memory_reports(bool on) {
   t.memory_here = on;
   return true;
 }
+#else
+inline bool take_memory_reports(bool) { return false; }
+#endif
 
 }  // namespace streamcheck_native
