@@ -11,6 +11,8 @@ import argparse
 import importlib
 import sys
 
+from streamcheck.constants import EXIT_CLEAN, EXIT_ERROR, version
+
 COMMANDS = {
     "scan": "lint Python sources for stream-ordering hazards (no code is imported or run)",
     "analyze": "replay a recorded trace (JSONL) through the race detector and report the races",
@@ -18,18 +20,6 @@ COMMANDS = {
     "report": "merge per-rank runtime findings (JSONL) into one report",
     "explain": "print a rule's documentation: what it finds, why it is bad, an example and the fix",
 }
-
-EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
-
-
-def _version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("streamcheck")
-    except Exception:  # running from a source tree without installation
-        return "0+unknown"
-
 
 DESCRIPTION = "Find CUDA stream-ordering races in PyTorch code: a static lint (scan) and a runtime detector (run)."
 EPILOG = """\
@@ -75,7 +65,7 @@ class Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="streamcheck", description=DESCRIPTION, epilog=EPILOG,
                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--version", action="version", version=f"streamcheck {_version()}")
+    parser.add_argument("--version", action="version", version=f"streamcheck {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     for name, help_text in COMMANDS.items():
         module = _command_module(name)

@@ -24,7 +24,6 @@ findings files) are all kept and said in a warning.
 
 from __future__ import annotations
 
-import gzip
 import io
 import json
 import zlib
@@ -32,10 +31,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from streamcheck.constants import FINDINGS_FORMAT, TRACE_FORMAT, open_maybe_gzip
 from streamcheck.findings import Finding
 
-FINDINGS_FORMAT = "streamcheck-findings"
-TRACE_FORMAT = "streamcheck-trace"
 
 
 class MergeError(ValueError):
@@ -156,12 +154,9 @@ def _expand(inputs: Iterable[str | Path]) -> Iterator[Path]:
 
 def _open(path: Path) -> io.TextIOBase:
     try:
-        raw = path.open("rb")
-        magic = raw.read(2)
-        raw.seek(0)
+        binary = open_maybe_gzip(path.open("rb"))
     except OSError as exc:
         raise MergeError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    binary = gzip.GzipFile(fileobj=raw) if magic == b"\x1f\x8b" else raw
     return io.TextIOWrapper(binary, encoding="utf-8", errors="replace", newline="")
 
 

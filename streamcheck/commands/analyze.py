@@ -103,11 +103,11 @@ def _summary(header: dict, findings: list, races: int, problems: list[str] | Non
 
 
 def _write_json(trace: str, header: dict, findings: list, races: int, problems: list[str]) -> None:
-    from streamcheck.cli import _version
+    from streamcheck.constants import version
 
     trace_info = {"path": trace, **{k: v for k, v in header.items() if k not in ("e", "events", "skipped_events")}}
     document = {
-        "tool": {"name": "streamcheck", "version": _version()},
+        "tool": {"name": "streamcheck", "version": version()},
         "trace": trace_info,
         "findings": [finding.to_dict() for finding in findings],
         "summary": _summary(header, findings, races, problems),

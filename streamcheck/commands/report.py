@@ -125,13 +125,13 @@ def write_merged(findings: list, merged, fmt: str, out, color: bool = False) -> 
 
 def runtime_context(merged, color: bool = False):
     """The ReportContext of runtime findings: the SC2xx rules, the runtime text layout, "N ranks" as the scope."""
-    from streamcheck.cli import _version
+    from streamcheck.constants import version
     from streamcheck.report import ReportContext
     from streamcheck.instrument.offline.race_text import layout as race_layout
     from streamcheck.catalogue import RUNTIME, catalogue
 
     ranks = sorted(merged.ranks)
     scope = f"{len(ranks)} rank{'s' if len(ranks) != 1 else ''}" if ranks else "no rank"
-    return ReportContext(tool_version=_version(), rules=catalogue(RUNTIME), scope=scope, layout=race_layout,
+    return ReportContext(tool_version=version(), rules=catalogue(RUNTIME), scope=scope, layout=race_layout,
                          color=color)
 
