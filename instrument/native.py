@@ -32,6 +32,7 @@ SOURCE_DIR = Path(__file__).with_name("native_hook")  # hook.cpp and the headers
 BACKENDS = ("auto", "native", "mode")
 
 _module: Any = None
+memory_reports_in_cpp = True  # False where gpu_trace.h could not be built against this torch (load() says)
 _load_error: str | None = None
 
 
@@ -64,10 +65,12 @@ def load() -> Any:
             return load_extension("streamcheck_native_hook", [str(SOURCE_DIR / "hook.cpp")], extra_cflags=flags + extra,
                                   extra_include_paths=[str(SOURCE_DIR)], verbose=False)
 
+        global memory_reports_in_cpp
         try:
             _module = build([])
         except Exception:  # noqa: BLE001 - gpu_trace.h follows torch's interpreter table, which a torch may change
             _module = build(["-DSTREAMCHECK_NO_MEMORY_REPORTS"])  # the allocator's reports then go through Python
+            memory_reports_in_cpp = False
         from .op_table import roles_of_name
 
         _module.set_plan_source(roles_of_name)  # the one table of what each op touches (dispatch.py reads it too)
