@@ -23,6 +23,7 @@ from streamcheck.scanner.config import ScanConfig
 # default_jobs: public here too
 from streamcheck.scanner.extraction import default_jobs, extract_all, few_collections  # noqa: F401
 from streamcheck.scanner.facts_cache import CACHE_DIR_NAME, FactsCache, code_stamp
+from streamcheck.constants import version as streamcheck_version
 from streamcheck.findings import Finding, Location, sorted_findings
 from streamcheck.scanner.sources import FolderProblem, SourceFile, Source, Unreadable, discover, read_source
 from streamcheck.scanner.suppressions import (SC002, Suppression, apply_suppressions, find_suppressions,
@@ -138,15 +139,6 @@ def _rule_docs_of_registry() -> dict[str, tuple[str, str]]:
     from streamcheck.rules.registry import all_rules
 
     return {rule.id: (rule.summary, rule.documentation()) for rule in all_rules()}
-
-
-def streamcheck_version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("streamcheck")
-    except Exception:
-        return "0+unknown"
 
 
 @dataclass

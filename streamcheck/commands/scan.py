@@ -12,10 +12,9 @@ import sys
 import textwrap
 import time
 
-from streamcheck.scanner.config import CONFIG_KEYS
+from streamcheck.constants import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS
 from streamcheck.report import FORMATS
-
-EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+from streamcheck.scanner.config import CONFIG_KEYS
 
 from streamcheck.commands.scan_extras import Progress  # noqa: E402  (re-exported: the scan's progress bar)
 
@@ -294,9 +293,9 @@ def _scan_all(args: argparse.Namespace, config, backend, baseline):
 
 
 def runtime_rule_ids() -> list[str]:
-    from streamcheck.instrument.offline.race_view import RUNTIME_RULES
+    from streamcheck.catalogue import RUNTIME, catalogue
 
-    return sorted(RUNTIME_RULES)
+    return sorted(catalogue(RUNTIME))
 
 
 def _common_start(paths: list[str]) -> str:
@@ -310,13 +309,13 @@ def _common_start(paths: list[str]) -> str:
 
 def _write(args: argparse.Namespace, result, backend) -> None:
     from streamcheck.report import ReportContext, wants_color, write_report
-    from streamcheck.scanner.driver import streamcheck_version
+    from streamcheck.constants import version
 
     out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
     try:
         color = wants_color(args.color, out, to_file=bool(args.output))
         context = ReportContext(
-            tool_version=streamcheck_version(),
+            tool_version=version(),
             rules=rule_infos(backend) if args.format == "sarif" else {},  # only SARIF lists the rules
             files=result.files,
             suppressed=result.suppressed,
@@ -344,13 +343,12 @@ def _terminal_width(out) -> int:
 
 
 def rule_infos(backend) -> dict:
-    """id -> RuleInfo for every rule: the driver's own (SC001, SC002) and the rules package's."""
-    from streamcheck.report import RuleInfo
-    from streamcheck.scanner.driver import DRIVER_RULES
+    """id -> RuleInfo for every rule a scan reports: the catalogue's driver rules (SC001, SC002) and the backend's
+    rules (the catalogue's entry where it has one; a test's own backend brings rules the catalogue does not know)."""
+    from streamcheck.catalogue import DRIVER, RuleInfo, catalogue
 
-    from streamcheck.docs import catalogue
-
-    names = {rule_id: doc.name for rule_id, doc in catalogue().items()}
-    docs = {**DRIVER_RULES, **backend.rule_docs}
-    return {rule_id: RuleInfo(rule_id, summary, doc, names.get(rule_id, ""))
-            for rule_id, (summary, doc) in sorted(docs.items())}
+    known = catalogue()
+    rules = dict(catalogue(DRIVER))
+    for rule_id, (summary, doc) in backend.rule_docs.items():
+        rules[rule_id] = known.get(rule_id) or RuleInfo(rule_id, summary, doc)
+    return dict(sorted(rules.items()))
