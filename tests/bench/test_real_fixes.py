@@ -75,3 +75,51 @@ def test_domino_waits_before_the_sum_in_0_16_6(sdist, domino_0_16_6):
     assert source[375].strip() == ("layernorm_input1 = self.bias_dropout_add_func(attention_output1, attention_bias1,"
                                    " residual1)")
     assert _on_attention_output1(domino_0_16_6) == []
+
+
+# OpenNMT-py issue #2295, fixed in 3.1.1: `all_reduce_and_rescale_tensors` launched the all-reduce of the gradient
+# buffer with `async_op=True`, dropped the handle and divided the buffer in place at once (twice: the bucket and
+# a tensor bigger than the bucket), so the division races the all-reduce on the same memory. 3.1.1 passes
+# `async_op=False` (the current stream then waits for the collective).
+ONMT_DISTRIBUTED = "onmt/utils/distributed.py"
+
+
+@pytest.fixture(scope="module")
+def onmt_utils_3_0_4(sdist):
+    return _scan(sdist("OpenNMT-py", "3.0.4"), "onmt/utils")
+
+
+@pytest.fixture(scope="module")
+def onmt_utils_3_1_1(sdist):
+    return _scan(sdist("OpenNMT-py", "3.1.1"), "onmt/utils")
+
+
+def _in_place_after_all_reduce(findings):
+    """The findings on the two divisions the fix is about (other findings in the package may come and go)."""
+    return [f for f in findings if f.primary.path == ONMT_DISTRIBUTED and f.primary.snippet.endswith(
+        ".div_(rescale_denom)")]
+
+
+def test_onmt_division_races_its_all_reduce_in_3_0_4(onmt_utils_3_0_4):
+    found = _in_place_after_all_reduce(onmt_utils_3_0_4)
+    assert [(f.rule, f.kind, f.primary.line, f.primary.column, f.extra["path"], f.symbol) for f in found] == [
+        ("SC105", "WAR", 56, 9, "buffer_t", "all_reduce_and_rescale_tensors.all_reduce_buffer"),
+        ("SC105", "WAR", 72, 13, "t", "all_reduce_and_rescale_tensors"),
+    ]
+    assert [[(r.line, r.role, r.note, r.snippet) for r in f.related] for f in found] == [
+        [(55, "call", "all_reduce(..., async_op=True)",
+          "torch.distributed.all_reduce(buffer_t[:offset], async_op=True)")],
+        [(71, "call", "all_reduce(..., async_op=True)", "torch.distributed.all_reduce(t, async_op=True)")],
+    ]
+    assert found[0].message == ("`buffer_t` is written while the async `all_reduce` (line 55) may still be using "
+                                "it: its handle (dropped) is not waited before")
+    assert all(f.extra["handle"] == "" and f.extra["collective"] == "all_reduce" for f in found)
+
+
+def test_onmt_all_reduce_is_synchronous_in_3_1_1(sdist, onmt_utils_3_1_1):
+    # The same two divisions follow the same all-reduces, now launched with async_op=False.
+    source = (sdist("OpenNMT-py", "3.1.1") / ONMT_DISTRIBUTED).read_text(encoding="utf-8").splitlines()
+    assert [source[i].strip() for i in (54, 55, 70, 71)] == [
+        "torch.distributed.all_reduce(buffer_t[:offset], async_op=False)", "buffer_t.div_(rescale_denom)",
+        "torch.distributed.all_reduce(t, async_op=False)", "t.div_(rescale_denom)"]
+    assert _in_place_after_all_reduce(onmt_utils_3_1_1) == []
