@@ -38,7 +38,7 @@ from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from streamcheck.instrument.detector import Detector  # noqa: E402
 from streamcheck.instrument.dispatch import StreamcheckMode  # noqa: E402
-from streamcheck.instrument.host import PinnedMemory  # noqa: E402
+from streamcheck.instrument.pinned import PinnedMemory  # noqa: E402
 from streamcheck.instrument.recorder import Recorder  # noqa: E402
 
 

@@ -234,7 +234,7 @@ def main() -> int:
         import resource
 
         import streamcheck
-        from streamcheck.instrument.memory import shadow_state_size
+        from streamcheck.instrument.shadow_size import shadow_state_size
 
         every = max(1, args.soak // 10)
         watch = streamcheck.watch("/tmp/native-profile-soak", echo=False)

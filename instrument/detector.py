@@ -1,10 +1,10 @@
 """The online race detector: vector clocks (clocks.py) + byte-range shadow state (shadow.py), plain method calls.
 
-The runtime hooks (and `replay` of a recorded trace) call one method per event; every method name and argument is
-also a trace event (see trace.py and notes/trace-contract.md). Each call is one event of the trace, so the
-Detector numbers them: `Access.seq` is the index of the event (0-based, the trace header not counted).
+The runtime hooks (and `replay` of a recorded trace) call one method per event: the Detector is a Sink
+(events.py), and every method name and argument is also a trace event (trace.py). Each call is one event of the
+trace, so the Detector numbers them: `Access.seq` is the index of the event (0-based, the trace header not counted).
 
-Happens-before, as implemented (DESIGN.md, "Happens-before model"):
+Happens-before, as implemented (the model of docs/architecture.md):
 - thread T enqueues anything on stream S (kernel, event record/wait, collective launch, work wait): S ⊔= T.
 - event_record: the event keeps S's clock; event_wait: S ⊔= event; a destroyed or never-recorded event orders
   nothing. sync_event / sync_stream / sync_device: T ⊔= event / S / every stream of that device seen so far

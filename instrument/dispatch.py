@@ -10,7 +10,7 @@ to the same dtype: the op handed back its input or a view of it) is neither a wr
 
 Attribution: an op touching any CUDA tensor is a kernel enqueued by the calling thread on its current stream of that
 tensor's device; pinned host tensors in it are accessed by that stream (a non_blocking copy); an op touching only
-pinned host tensors is a host access by the thread (instrument/host.py). Pageable host tensors are not tracked:
+pinned host tensors is a host access by the thread (instrument/pinned.py). Pageable host tensors are not tracked:
 copies to and from them are synchronous.
 """
 
@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .host import PinnedMemory
+from .pinned import PinnedMemory
 from .recorder import RaceError, Recorder
 
 # The table of what each op touches lives in op_table.py (the C++ hook reads the same one).

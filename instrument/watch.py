@@ -179,7 +179,7 @@ class Watch:
 
         from .collectives import CollectiveHooks
         from .dispatch import AccessCollector, ModeBackend
-        from .host import PinnedMemory
+        from .pinned import PinnedMemory
         from .threads import ThreadHooks
 
         rec = self.recorder

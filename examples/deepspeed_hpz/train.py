@@ -14,7 +14,7 @@ benchmarks/overhead.py measures): each phase gets `--warmup` unmeasured steps, t
   `--csan-continue` its raise is turned into a count (the same analysis per op, errors printed and counted), so a
   racy version (0.13.4) can still be timed.
 `--soak-every N` prints, every N steps, the median step time of those N and the running watch's shadow-state
-size (instrument/memory.py) and the process's resident memory.
+size (instrument/shadow_size.py) and the process's resident memory.
 """
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ def phase_hooks(phase: str, args: argparse.Namespace, rank: int):
 def soak_line(rank: int, step: int, window_ms: list) -> None:
     """One soak figure: step, median step time of the window, shadow state of the running watch, RSS."""
     from streamcheck.instrument import watch as watch_module
-    from streamcheck.instrument.memory import shadow_state_size
+    from streamcheck.instrument.shadow_size import shadow_state_size
 
     current = watch_module._current
     state = shadow_state_size(current.detector) if current is not None and current.detector is not None else {}

@@ -6,8 +6,8 @@ through a closure the store attached to each parameter, and that all-gather read
 the all-gather stream wait for the current stream, so the all-gather can read the copy before it has been written.
 
 Run on one GPU (single-rank process group):  python examples/hpz_race/fixed.py
-The all-gather stream now waits for the current stream before the all-gather (the better of the two fixes
-DESIGN.md names; DeepSpeed 0.13.5 instead blocks the host after the copy). It prints 0 stale steps.
+The all-gather stream now waits for the current stream before the all-gather (the better of the two fixes: an
+edge between the streams; DeepSpeed 0.13.5 instead blocks the host after the copy). It prints 0 stale steps.
 """
 
 from __future__ import annotations

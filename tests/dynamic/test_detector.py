@@ -145,7 +145,7 @@ def test_race_after_an_async_collective_asks_for_work_wait():
 
 def test_pending_frees_are_bounded_per_pool_stream_and_counted_in_the_shadow_state_size():
     from streamcheck.instrument import detector as detector_module
-    from streamcheck.instrument.memory import shadow_state_size
+    from streamcheck.instrument.shadow_size import shadow_state_size
 
     d = Detector()
     for storage in range(detector_module.MAX_PENDING_FREES + 5):

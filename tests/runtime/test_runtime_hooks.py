@@ -17,7 +17,7 @@ import torch.distributed as dist
 from streamcheck.instrument import cuda_trace
 from streamcheck.instrument.collectives import CollectiveHooks
 from streamcheck.instrument.dispatch import AccessCollector, StreamcheckMode, byte_range
-from streamcheck.instrument.host import PinnedMemory
+from streamcheck.instrument.pinned import PinnedMemory
 from streamcheck.instrument.recorder import Recorder
 
 

@@ -1,7 +1,7 @@
-"""The dispatch mode end to end on CPU: pinned host tensors give host accesses (instrument/host.py), errors stay inside.
+"""The dispatch mode end to end on CPU: pinned host tensors give host accesses (instrument/pinned.py), errors stay inside.
 
 CPU builds have no pinned memory, so these tests declare every CPU tensor pinned; that makes each op an access by
-the host thread, which is exactly what instrument/host.py says for CPU ops on pinned tensors.
+the host thread, which is exactly what instrument/pinned.py says for CPU ops on pinned tensors.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import threading
 import torch
 
 from streamcheck.instrument.dispatch import ACCESS, OpPlan, StreamcheckMode
-from streamcheck.instrument.host import PinnedMemory
+from streamcheck.instrument.pinned import PinnedMemory
 from streamcheck.instrument.recorder import Recorder
 
 

@@ -120,7 +120,7 @@ def test_annotate_reports_work_the_dispatcher_cannot_see(tmp_path):
     """An extension kernel announced with streamcheck.annotate() is checked like any op (host side on CPU)."""
     import torch
 
-    from streamcheck.instrument.host import PinnedMemory
+    from streamcheck.instrument.pinned import PinnedMemory
 
     class EveryTensorPinned(PinnedMemory):
         def is_pinned(self, tensor, base, fresh=False):
