@@ -73,6 +73,7 @@ EVENTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     for name in Sink.__dict__ if not name.startswith("_") and callable(Sink.__dict__[name])
 }
 OPEN_EVENTS = ("storage_info",)  # events that carry keys beyond their arguments
+NAMING_EVENTS = ("site", "stream_name", "storage_info")  # they name what other events use, wherever they come
 
 
 def defaults(name: str) -> dict[str, Any]:

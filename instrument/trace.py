@@ -29,7 +29,7 @@ from typing import IO, Any, Iterable, Iterator
 
 from streamcheck.constants import TRACE_FORMAT as FORMAT, TRACE_VERSION as VERSION, open_maybe_gzip
 
-from .events import EVENTS, EventError, arguments, defaults
+from .events import EVENTS, NAMING_EVENTS, EventError, arguments, defaults
 
 __all__ = ["FORMAT", "VERSION", "EVENTS", "TraceError", "TraceWriter", "read_trace", "replay", "event_arguments"]
 
@@ -326,12 +326,14 @@ def event_arguments(event: dict, line: int | str = "?") -> dict:
         raise TraceError(f"event {line}: {exc}") from None
 
 
-def replay(events: Iterable[dict], detector: Any, problems: list[str] | None = None) -> dict:
-    """Feed a trace's events to `detector` (a Detector or anything with its methods), in order.
+def replay(events: Iterable[dict], detector: Any, problems: list[str] | None = None,
+           until: int | None = None) -> dict:
+    """Feed a trace's events to `detector` (a Sink: a Detector, the HB oracle, a writer), in order.
 
-    Returns the header. `detector.seq` is set to each event's index so that Access.seq is the trace index even
-    where unknown events are skipped. A bad event raises TraceError naming the event index; or, given a `problems`
-    list, is appended there and skipped (keeping its index), and the replay goes on.
+    Returns the header. This is where events are numbered: `detector.seq` is set to each event's index so that
+    Access.seq is the trace index even where unknown events are skipped. A bad event raises TraceError naming the
+    event index; or, given a `problems` list, is appended there and skipped (keeping its index), and the replay
+    goes on. `until`: events after that index are not delivered, except the naming ones (which may come late).
     """
     header: dict = {}
     index = 0
@@ -343,7 +345,7 @@ def replay(events: Iterable[dict], detector: Any, problems: list[str] | None = N
             if hasattr(detector, "header"):
                 detector.header = event
             continue
-        if name in EVENTS:
+        if name in EVENTS and (until is None or index <= until or name in NAMING_EVENTS):
             try:
                 args = event_arguments(event, index)
                 detector.seq = index
@@ -356,7 +358,7 @@ def replay(events: Iterable[dict], detector: Any, problems: list[str] | None = N
                     raise
                 problems.append(f"{exc}, skipped")
                 skipped += 1
-        else:
+        elif name not in EVENTS:
             skipped += 1
         index += 1
     header = dict(header)

@@ -105,7 +105,7 @@ def graph_from_finding(finding: Finding) -> RaceGraph:
 def graph_from_trace(finding: Finding, trace_path: Path) -> RaceGraph | str:
     """hb.py's witness subgraph for the finding, or why it cannot be drawn from this trace."""
     from streamcheck.instrument.offline.hb import HappensBefore
-    from streamcheck.instrument.trace import EVENTS, read_trace
+    from streamcheck.instrument.trace import read_trace, replay
 
     extra = finding.extra
     limit = int(extra["later"].get("seq", -1))
@@ -115,14 +115,8 @@ def graph_from_trace(finding: Finding, trace_path: Path) -> RaceGraph | str:
         return (f"The race is at event {limit} of the trace, too far in to build its happens-before graph "
                 f"(limit {MAX_TRACE_EVENTS}): only the two accesses are drawn.")
     hb = HappensBefore(find_races=False)
-    seq = 0
-    for event in read_trace(trace_path, problems=[]):  # lines it cannot give are skipped (report warns)
-        name = event.get("e")
-        if name == "header":
-            continue
-        if name in EVENTS and (seq <= limit or name in ("site", "stream_name", "storage_info")):
-            hb.add(event, seq)
-        seq += 1
+    # lines it cannot give are skipped (the report warns); nothing after the later access is needed but names
+    replay(read_trace(trace_path, problems=[]), hb, problems=[], until=limit)
 
     race = race_of(finding)
     earlier, later = race.earlier, race.later
