@@ -1,5 +1,5 @@
-"""Race -> Finding, the one place where the runtime's races become findings (the watch, `streamcheck report`'s
-replay of a trace, `streamcheck analyze` and the GPU tests all call `race_finding`). Torch-free.
+"""Race -> Finding, the one place where the runtime's races become findings: the watch's finding sink, the replay
+of a trace by `streamcheck report` (offline/merge.py) and `streamcheck analyze` all call `race_finding`. Torch-free.
 
 Rule ids (instrument/runtime_rules.py): SC201 a RAW / WAR / WAW race between streams, SC202 FREE (freed while
 another stream may still use it), SC203 HOST (the host touches memory a stream still owns, or a stream touches
