@@ -8,7 +8,7 @@
     filter     select/ignore, per-file-ignores, inline suppressions (+ SC002 unused ones), baseline
 
 The rules package is reached only through a RulesBackend, loaded when a scan starts, so importing this module does
-not import libcst; tests of the driver can hand in a small backend of their own.
+not import the rules (nor networkx); tests of the driver can hand in a small backend of their own.
 """
 
 from __future__ import annotations

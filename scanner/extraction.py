@@ -135,7 +135,7 @@ def extract_all(to_extract, backend, cache, jobs, progress):
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    # fork: workers inherit the already-imported rules (and libcst) instead of importing them again.
+    # fork: workers inherit the already-imported rules instead of importing them again.
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
     context = multiprocessing.get_context(method)
     workers = min(jobs, total)
