@@ -35,7 +35,7 @@ COLLECTIVE_OUTPUTS: dict[str, Outputs] = {
     "irecv": Outputs((0,), ("tensor",), tensor_positions=1),
     "send": Outputs((), (), tensor_positions=1),
     "isend": Outputs((), (), tensor_positions=1),
-    "gather": Outputs((1,), ("gather_list",)),
+    "gather": Outputs((), ("gather_list",), tensor_positions=1),
     "scatter": Outputs((0,), ("tensor",)),
 }
 

@@ -47,6 +47,9 @@ METADATA_ARG_METHODS = frozenset({"view_as", "expand_as", "reshape_as", "type_as
 METADATA_ARG_FUNCTIONS = frozenset({"empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like",
                                     "randint_like", "is_tensor", "is_same_size"})
 
+# torch functions that build a tensor from Python data or host arrays: their arguments are no device tensors.
+HOST_DATA_FACTORIES = frozenset({"tensor", "as_tensor", "from_numpy", "frombuffer", "asarray", "Tensor"})
+
 # Tensor methods whose result is new memory written by a kernel on the current stream (a hidden producer).
 PRODUCING_METHODS = frozenset({
     "to", "cuda", "cpu", "clone", "float", "half", "bfloat16", "double", "int", "long", "sum", "mean", "norm",
@@ -437,6 +440,8 @@ class _FactsVisitor(ast.NodeVisitor):
             return
         if matches_name(callee, self.stream_names) or last in ("Stream", "Event", "current_stream"):
             return  # naming a stream or event touches no tensor
+        if last in HOST_DATA_FACTORIES and self._is_torch_function(callee):
+            return  # `torch.tensor(values)`: Python numbers or host arrays copied in, no device read
         if method in METADATA_ARG_METHODS or last in METADATA_ARG_FUNCTIONS or (tensor_method and (method in (
                 "to", "cuda", "type") or method in VIEW_METHODS)):
             return  # `x.view_as(z)`, `torch.empty_like(z)`, `x.to(z)`: only z's shape, dtype and device are looked at
@@ -541,7 +546,7 @@ class _FactsVisitor(ast.NodeVisitor):
                         (target.attr, dotted(node.value), self._scope_name(), node.lineno))
         self.generic_visit(node)
         if self.detailed and len(node.targets) == 1 and (
-                self._produces_tensor(node.value) or self._made_in_region(node.value)):
+                self._produces_tensor(node.value) or self._made_in_region(node.targets[0], node.value)):
             # `y = x.to(dev, non_blocking=True)`, `y = torch.cat(...)`: a new tensor written by a kernel on the
             # stream current here (a hidden producer); taken as written where the statement ends.
             target = node.targets[0]
@@ -555,11 +560,11 @@ class _FactsVisitor(ast.NodeVisitor):
             end = (node.end_lineno or node.lineno, (node.end_col_offset or 0) + 1)
             self._access("write", node.targets[0], *end, ALIAS, at=end, fresh=True)
 
-    def _made_in_region(self, value: ast.AST) -> bool:
+    def _made_in_region(self, target: ast.AST, value: ast.AST) -> bool:
         """`self.cached = gather(x)` inside `with stream(s):`: what the call returns is taken as made there, on s
         (an out-of-place result; a hidden producer), unless the call only names a stream, an event or metadata."""
-        if self.region == NO_REGION or not isinstance(value, ast.Call):
-            return False
+        if self.region == NO_REGION or not isinstance(value, ast.Call) or not isinstance(target, ast.Attribute):
+            return False  # a local from an unknown call in a region is as often a handle or a view as new memory
         last = dotted(value.func).rsplit(".", 1)[-1]
         return last not in NOT_PRODUCERS and last not in HOST_ONLY_FUNCTIONS and last not in (
             "current_stream", "default_stream", "record_event", "get_accelerator", "len", "id", "isinstance")

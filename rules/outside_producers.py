@@ -62,6 +62,8 @@ def reads_of_outside_producers(program: Program, rule_id: str) -> Iterable[Findi
         for ctx in contexts(program, reader, read):
             if ctx.stream in (CURRENT_STREAM, UNKNOWN) or not all(edge.exact for edge in ctx.chain):
                 continue  # no producer site to pair with: only a chain the call graph is sure of
+            if producer == OUTSIDE and ctx.chain and not read.path.startswith("self."):
+                continue  # a callee's parameter is its caller's argument: judged at the call (a bound access)
             if ordered_before(program, ctx, CURRENT_STREAM) or _collective_waited_before(program, reader, read):
                 continue  # a `fut.wait()` / `work.wait()` first (a DDP comm hook): the data came through a
                 # collective launched after the producer

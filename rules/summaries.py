@@ -149,7 +149,15 @@ def _calls_a_value(function: "Function", call: Call) -> bool:
 
 def _own_param_accesses(program: "Program", function: "Function") -> set[Access]:
     params = set(function.facts.params) - {"self", "cls"}
-    return {a for a in function.facts.accesses if a.path.split(".", 1)[0] in params and not a.owner and not a.fresh}
+    return {a for a in function.facts.accesses if a.path.split(".", 1)[0] in params and not a.owner and not a.fresh
+            and not (a.collective and a.kind == "write" and _in_place_read(function, a))}
+
+
+def _in_place_read(function: "Function", write: Access) -> bool:
+    """An in-place collective's write (`broadcast(t)`, `all_reduce(t)`): kept in the function that calls it, not
+    handed up to callers, where wrappers named like collectives take objects as often as tensors."""
+    return any(a.kind == "read" and a.path == write.path and (a.line, a.column) == (write.line, write.column)
+               for a in function.facts.accesses)
 
 
 def _call_param_accesses(program: "Program", function: "Function", call: Call, edge: "Edge", callee_value) -> set:
