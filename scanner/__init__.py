@@ -1,7 +1,8 @@
 """The static half's front end (installed as streamcheck.scanner): which files to scan, their text, the config,
 the facts pass run in parallel and cached, then the rules (streamcheck.rules), suppressions and the baseline.
 
-    driver        files -> facts -> rules -> filters: `scan()`, the driver rules SC001/SC002
+    driver        files -> facts -> rules -> filters: `scan()`, the driver rules SC001/SC002 (their catalogue
+                  entries: driver_rules)
     config        [tool.streamcheck] merged with the command line (ScanConfig)
     sources       discovery and reading (encodings, size limits, .gitignore)
     extraction    the facts pass over many files in worker processes
@@ -9,4 +10,5 @@ the facts pass run in parallel and cached, then the rules (streamcheck.rules), s
     suppressions  inline `# streamcheck: ignore[...]` comments
     baseline      known findings to leave out
     git_scope     --diff-against / --changed: which lines a change touched
+    fix_files     --fix / --diff: the findings' fixes (streamcheck/fixes.py) applied file by file
 """

@@ -206,7 +206,7 @@ def _run(args: argparse.Namespace, stdin) -> int:
     if isinstance(result, int):
         return result
     if args.fix or args.diff:
-        from streamcheck.fix_files import run_fixes
+        from streamcheck.scanner.fix_files import run_fixes
 
         result = run_fixes(args, result, scan_once)
         if isinstance(result, int):
