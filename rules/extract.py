@@ -321,6 +321,17 @@ class _FactsVisitor(ast.NodeVisitor):
 
     def _stream_of(self, expr: ast.AST) -> str | None:
         """The stream text if `expr` switches the current stream, else None."""
+        if isinstance(expr, ast.Name) and expr.id in self.fn.stream_aliases:
+            # `ctx = torch.cuda.stream(s) if overlap else nullcontext()` ... `with ctx:`: the stream arm
+            for text in reversed(self.fn.stream_aliases[expr.id]):
+                try:
+                    bound = ast.parse(text, mode="eval").body
+                except SyntaxError:
+                    continue
+                if isinstance(bound, ast.Call):
+                    stream = self._stream_of(bound)
+                    if stream is not None:
+                        return stream
         if isinstance(expr, (ast.Name, ast.Attribute)) and dotted(expr).lower().endswith("stream"):
             return dotted(expr)  # `with side_stream:` (torch.Stream is a context manager)
         if not isinstance(expr, ast.Call) or not matches_name(dotted(expr.func), self.stream_names):

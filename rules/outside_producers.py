@@ -88,12 +88,21 @@ def _producer(program: Program, reader: Function, read: Access) -> str | None:
         return None  # `self.queue.put(x)`, `module.float()`: no sign the receiver is a tensor at all
     if any(word in read.path.rsplit(".", 1)[-1].lower() for word in NOT_TENSOR_WORDS):
         return None  # `self.dp_process_group`, `world_size` handed down to a collective wrapper
-    if read.op.split(" ", 1)[0] in UPLOADS or any(word in read.path.rsplit(".", 1)[-1].lower() for word in HOST_WORDS):
+    if _uploads(reader, read) or any(word in read.path.rsplit(".", 1)[-1].lower() for word in HOST_WORDS):
         return None  # `batch.to(device)`, `dst.copy_(host_buf)` on a copy stream: host memory, made by no stream
     if from_outside and _tensor_position(reader, read) and next(matching(program, reader, read, "write"),
                                                                  None) is None:
         return OUTSIDE
     return None
+
+
+def _uploads(reader: Function, read: Access) -> bool:
+    """`batch.to(device)`, `x.cuda()`: a copy to the device of what is taken as host memory. (`x.to("cpu")` is a
+    download of device memory: a read like any other.)"""
+    op = read.op.split(" ", 1)[0]
+    if op not in UPLOADS:
+        return False
+    return "cpu" not in reader.file.lines.get(read.line, "").lower()
 
 
 def _tensor_position(reader: Function, read: Access) -> bool:

@@ -242,6 +242,17 @@ def offload(activation, side):
     with torch.cuda.stream(side):
         return torch.cat([activation, activation])  # expect: SC101
 """,
+        # A stream context held by a local, chosen under a condition (Megatron's `stream_context`): the stream arm.
+        """
+import torch
+from contextlib import nullcontext
+
+def reduce(grad, side, overlap):
+    stream_context = torch.cuda.stream(side) if overlap else nullcontext()
+    grad.mul_(2)  # expect: SC101
+    with stream_context:
+        return torch.cat([grad])
+""",
     ]
 
     def check(self, program: Program) -> Iterable[Finding]:
