@@ -11,12 +11,20 @@ namespace streamcheck_native {
 
 namespace py = pybind11;
 
+// Event, work and storage ids as the detector keys them: any Python int that fits 64 bits, negative ones included
+// (host hand-offs use negative event keys, instrument/handoffs.py), taken modulo 2^64; storages go back as signed.
+inline uint64_t id_of(const py::handle& value) {
+  unsigned long long id = PyLong_AsUnsignedLongLongMask(value.ptr());
+  if (id == static_cast<unsigned long long>(-1) && PyErr_Occurred()) throw py::error_already_set();
+  return static_cast<uint64_t>(id);
+}
+
 inline std::vector<Range3> ranges_of(const py::handle& ranges) {
   std::vector<Range3> out;
   if (ranges.is_none()) return out;
   for (const py::handle& item : ranges) {
     py::sequence r = py::reinterpret_borrow<py::sequence>(item);
-    out.push_back({r[0].cast<uint64_t>(), r[1].cast<int64_t>(), r[2].cast<int64_t>()});
+    out.push_back({id_of(r[0]), r[1].cast<int64_t>(), r[2].cast<int64_t>()});
   }
   return out;
 }
@@ -51,7 +59,7 @@ inline py::object allocation_tuple(const Detector& d, const Allocation& a) {
 inline py::list take_races(Detector& d) {
   py::list out;
   for (const Race& r : d.races) {
-    out.append(py::make_tuple(kind_name(r.kind), r.storage, r.start, r.end, access_tuple(d, r.earlier),
+    out.append(py::make_tuple(kind_name(r.kind), static_cast<int64_t>(r.storage), r.start, r.end, access_tuple(d, r.earlier),
                               access_tuple(d, r.later), r.has_reuse ? py::object(access_tuple(d, r.reuse)) : py::none(),
                               r.has_allocation ? allocation_tuple(d, r.allocation) : py::none()));
   }
@@ -68,10 +76,10 @@ inline void bind_detector(py::module& m) {
       .def("has_races", [](const D& d) { return !d.races.empty(); })
       .def("take_races", &take_races)
       .def("stream_created", [id](D& d, const std::string& t, const std::string& s) { d.stream_created(id(d, t), id(d, s)); })
-      .def("event_record", [id](D& d, const std::string& t, uint64_t e, const std::string& s) { d.event_record(id(d, t), e, id(d, s)); })
-      .def("event_wait", [id](D& d, const std::string& t, uint64_t e, const std::string& s) { d.event_wait(id(d, t), e, id(d, s)); })
-      .def("event_destroy", [](D& d, uint64_t e) { d.event_destroy(e); })
-      .def("sync_event", [id](D& d, const std::string& t, uint64_t e) { d.sync_event(id(d, t), e); })
+      .def("event_record", [id](D& d, const std::string& t, py::handle e, const std::string& s) { d.event_record(id(d, t), id_of(e), id(d, s)); })
+      .def("event_wait", [id](D& d, const std::string& t, py::handle e, const std::string& s) { d.event_wait(id(d, t), id_of(e), id(d, s)); })
+      .def("event_destroy", [](D& d, py::handle e) { d.event_destroy(id_of(e)); })
+      .def("sync_event", [id](D& d, const std::string& t, py::handle e) { d.sync_event(id(d, t), id_of(e)); })
       .def("sync_stream", [id](D& d, const std::string& t, const std::string& s) { d.sync_stream(id(d, t), id(d, s)); })
       .def("sync_device", [id](D& d, const std::string& t, int device) { d.sync_device(id(d, t), device); })
       .def("thread_start", [id](D& d, const std::string& p, const std::string& c) { d.thread_start(id(d, p), id(d, c)); })
@@ -89,26 +97,34 @@ inline void bind_detector(py::module& m) {
                               const std::string& op) {
         bool has_work = !work.is_none();
         d.collective(id(d, t), id(d, s), id(d, comm), ranges_of(reads), ranges_of(writes), async_op, has_work,
-                     has_work ? work.cast<uint64_t>() : 0, site, d.op_id(op));
+                     has_work ? id_of(work) : 0, site, d.op_id(op));
       })
-      .def("work_wait", [id](D& d, const std::string& t, const std::string& s, uint64_t w, bool blocking) {
-        d.work_wait(id(d, t), id(d, s), w, blocking);
+      .def("work_wait", [id](D& d, const std::string& t, const std::string& s, py::handle w, bool blocking) {
+        d.work_wait(id(d, t), id(d, s), id_of(w), blocking);
       })
       .def("forget_accesses", &D::forget_accesses)
-      .def("forget_work", &D::forget_work)
-      .def("alloc", [id](D& d, uint64_t storage, int64_t size, const std::string& s, int64_t site) {
-        d.alloc(storage, size, id(d, s), site);
+      .def("forget_work", [](D& d, py::handle w) { d.forget_work(id_of(w)); })
+      .def("alloc", [id](D& d, py::handle storage, int64_t size, const std::string& s, int64_t site) {
+        d.alloc(id_of(storage), size, id(d, s), site);
       })
-      .def("record_stream", [id](D& d, uint64_t storage, const std::string& s) { d.record_stream(storage, id(d, s)); })
-      .def("free", [id](D& d, const std::string& t, uint64_t storage, int64_t site) { d.free(id(d, t), storage, site); })
-      .def("free_can_race", &D::free_can_race)
-      .def("allocation", [](const D& d, uint64_t storage) -> py::object {
-        const Allocation* a = d.allocation(storage);
+      .def("record_stream", [id](D& d, py::handle storage, const std::string& s) {
+        d.record_stream(id_of(storage), id(d, s));
+      })
+      .def("free", [id](D& d, const std::string& t, py::handle storage, int64_t site) {
+        d.free(id(d, t), id_of(storage), site);
+      })
+      .def("free_can_race", [](const D& d, py::handle storage) { return d.free_can_race(id_of(storage)); })
+      .def("allocation", [](const D& d, py::handle storage) -> py::object {
+        const Allocation* a = d.allocation(id_of(storage));
         return a == nullptr ? py::none() : allocation_tuple(d, *a);
       })
-      .def("storages", &D::storages)
-      .def("shadow", [](const D& d, uint64_t storage) -> py::object {
-        const StorageShadow* s = d.shadow(storage);
+      .def("storages", [](const D& d) {
+        py::list out;
+        for (uint64_t storage : d.storages()) out.append(static_cast<int64_t>(storage));
+        return out;
+      })
+      .def("shadow", [](const D& d, py::handle storage) -> py::object {
+        const StorageShadow* s = d.shadow(id_of(storage));
         if (s == nullptr) return py::none();
         py::list segments;
         for (size_t k = 0; k < s->starts.size(); ++k) segments.append(py::make_tuple(s->starts[k], s->ends[k]));

@@ -66,7 +66,9 @@ def test_both_detectors_find_the_same_races_on_random_programs(fuzz):
 
 
 def test_both_detectors_agree_on_wider_programs_with_more_storages_and_streams(fuzz, monkeypatch):
-    monkeypatch.setattr(fuzz, "STORAGES", [1, 2, 3, 4])
+    monkeypatch.setattr(fuzz, "STORAGES", [1, 2, 3, -4])  # ids of any sign: host hand-offs use negative keys
+    monkeypatch.setattr(fuzz, "EVENT_IDS", [-7, 1, 2**40 + 3])
+    monkeypatch.setattr(fuzz, "WORK_IDS", [-(2**62), 5])
     monkeypatch.setattr(fuzz, "SIZE", 64)
     monkeypatch.setattr(fuzz, "STREAMS", ["cuda:0/s0", "cuda:0/s1", "cuda:0/s2", "cuda:1/s0", "cuda:1/s5"])
     monkeypatch.setattr(fuzz, "THREADS", ["T0", "T1", "T2"])
