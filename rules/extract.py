@@ -13,11 +13,27 @@ import sys
 
 from .collectives import TENSOR_KEYWORDS, Outputs, outputs_of
 from .facts import (
-    MODULE_SCOPE, NO_REGION, Access, AttrFunction, Call, ClassFacts, FileFacts, FunctionFacts, ParseFailure, Region,
-    Sync, module_name,
+    MODULE_SCOPE,
+    NO_REGION,
+    Access,
+    AttrFunction,
+    Call,
+    ClassFacts,
+    FileFacts,
+    FunctionFacts,
+    ParseFailure,
+    Region,
+    Sync,
+    module_name,
 )
 from .options import StaticOptions, matches_name
-from .torch_api import INIT_FUNCTIONS, TENSOR_INPLACE_METHODS, TENSOR_METHODS, TORCH_FUNCTIONS
+from .streams import names_current
+from .torch_api import (
+    INIT_FUNCTIONS,
+    TENSOR_INPLACE_METHODS,
+    TENSOR_METHODS,
+    TORCH_FUNCTIONS,
+)
 
 # Methods that return a view of (or the same) storage: a write through them writes the base tensor.
 VIEW_METHODS = frozenset({
@@ -45,7 +61,8 @@ METADATA_METHODS = frozenset({
 METADATA_ARG_METHODS = frozenset({"view_as", "expand_as", "reshape_as", "type_as", "new_empty", "new_zeros",
                                   "new_ones", "new_full", "new_tensor", "is_set_to", "size", "stride"})
 METADATA_ARG_FUNCTIONS = frozenset({"empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like",
-                                    "randint_like", "is_tensor", "is_same_size"})
+                                    "randint_like", "is_tensor", "is_same_size", "typename", "is_floating_point",
+                                    "is_complex", "result_type", "is_storage"})
 
 # torch functions that build a tensor from Python data or host arrays: their arguments are no device tensors.
 HOST_DATA_FACTORIES = frozenset({"tensor", "as_tensor", "from_numpy", "frombuffer", "asarray", "Tensor"})
@@ -544,6 +561,11 @@ class _FactsVisitor(ast.NodeVisitor):
     # --- functions held by attributes --------------------------------------------------------------------------
     def visit_Assign(self, node: ast.Assign) -> None:
         self._note_self_assigns(node.targets)
+        target = node.targets[0] if len(node.targets) == 1 else None
+        if self.detailed and isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) \
+                and target.value.id == "self" and names_current(ast.unparse(node.value)):
+            # `self.main_stream = torch.cuda.current_stream()`: the stream current when the object was made
+            self.fn.stream_aliases.setdefault(f"self.{target.attr}", []).append(ast.unparse(node.value))
         if self.detailed and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             values = [node.value.body, node.value.orelse] if isinstance(node.value, ast.IfExp) else [node.value]
             for value in values:
@@ -563,6 +585,8 @@ class _FactsVisitor(ast.NodeVisitor):
             target = node.targets[0]
             end = (node.end_lineno or node.lineno, (node.end_col_offset or 0) + 1)
             op = node.value.func.attr if isinstance(node.value.func, ast.Attribute) else dotted(node.value.func)
+            if not self._produces_tensor(node.value):
+                op = ALIAS  # made by an unknown call on the region's stream: where it comes from, not a kernel
             self._access("write", target, *end, op.rsplit(".", 1)[-1], at=end, fresh=True)
         elif self.detailed and len(node.targets) == 1 and self.region != NO_REGION and access_path(node.value) \
                 and isinstance(node.targets[0], ast.Attribute):

@@ -8,7 +8,10 @@
 | `e.synchronize()`                        | the host                    | the streams `e` is recorded on      |
 | `torch.cuda.synchronize()`, configured   | the host                    | every stream                        |
 | `.item()`, `.tolist()`, `.cpu()`         | the host                    | the site's stream                   |
-| `work.wait()` (a handle, not an event)   | the site's stream           | the streams its collective is launched on (the collective followed their earlier work), else COMM |
+| `work.wait()` (a handle, not an event)   | the site's stream           | its collective's launching streams  |
+
+(The collective followed its launching streams' earlier work; a handle whose launch the scan does not see waits
+for the communication stream, COMM, only.)
 
 A target the source does not pin down (an event recorded nowhere in the scan, a stream the engine cannot name)
 orders everything: the lint reports what nothing orders, so that what it reports is real. The waiter of a host

@@ -23,8 +23,8 @@ from .orderings import COMM, WORK, orderings_of
 from .program import Function, Program
 from .races import Context, contexts, matching, ordered_before
 from .rule import location, way_of
-from .torch_api import TORCH_FUNCTIONS
 from .streams import CURRENT_STREAM, UNKNOWN, as_code, display, stream_words
+from .torch_api import TORCH_FUNCTIONS
 
 MAX_READS_SHOWN = 3
 
@@ -113,7 +113,8 @@ def _tensor_position(reader: Function, read: Access) -> bool:
     if read.collective or " in " in read.op:
         return True
     imports = reader.file.imports
-    return any((call.line, call.column) == (read.line, read.column) or (
+    receiver = (read.path + ".", read.path + "[")
+    return any(((call.line, call.column) == (read.line, read.column) and call.callee.startswith(receiver)) or (
         call.line == read.line and op in TORCH_FUNCTIONS and call.callee.rsplit(".", 1)[-1] == op
         and imports.get(call.callee.split(".", 1)[0], "").startswith("torch")) for call in reader.facts.calls)
 

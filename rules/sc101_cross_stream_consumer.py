@@ -8,8 +8,8 @@ from streamcheck.findings import ROLE_READ, ROLE_WRITE, Finding
 
 from .extract import ALIAS
 from .facts import Access
-from .program import Function, Program
 from .outside_producers import reads_of_outside_producers
+from .program import Function, Program
 from .races import Context, contexts, matching, unordered
 from .rule import Rule, location, way_of
 from .streams import CURRENT_STREAM, UNKNOWN, as_code, display, stream_words
