@@ -145,6 +145,39 @@ class Phase:
         return out
 
 
+def measure(name: str, loop, steps: int, results: dict) -> None:
+    phase = Phase(name, steps)
+    phase.start()
+    loop.run(1)
+    phase.ops = 0
+    times, _ = loop.run(steps)
+    extra = phase.stop()
+    median = statistics.median(times)
+    results[name] = {"median_ms": median, "step_ms": times, "ops_per_step": phase.ops / steps, **extra}
+    print(f"[{name}] median {median:.2f} ms; steps {' '.join(f'{t:.1f}' for t in times)}"
+          + (f"; ops/step {phase.ops / steps:.0f}" if phase.ops else ""), flush=True)
+
+
+def table(results: dict, args: argparse.Namespace) -> None:
+    plain = results.get("plain", {}).get("median_ms")
+    ops_per_step = results.get("passthrough", {}).get("ops_per_step")  # every op (hook_noop counts CUDA ops only)
+    print(f"\nsetup {args.setup}, torch {torch.__version__}, {args.steps} steps per phase, one process, this order")
+    if ops_per_step:
+        print(f"ops per step (pass-through mode): {ops_per_step:.0f}")
+    print(f"{'phase':<18}{'median':>10}{'vs plain':>10}{'us/op over plain':>18}")
+    for name, r in results.items():
+        if "median_ms" not in r:
+            print(f"{name:<18}{'(raised)':>10}   {r.get('raised', '')}")
+            continue
+        ratio = f"{r['median_ms'] / plain:.2f}x" if plain else "-"
+        per_op = f"{(r['median_ms'] - plain) * 1000 / ops_per_step:.2f}" if plain and ops_per_step else "-"
+        print(f"{name:<18}{r['median_ms']:>8.2f}ms{ratio:>10}{per_op:>18}")
+        for finding in r.get("findings", []):
+            print(f"    {finding}")
+        if r.get("errors"):
+            print(f"    errors: {r['errors']}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--setup", default="deepspeed-zero2-overlap")
@@ -162,33 +195,11 @@ def main() -> int:
     loop = SETUPS[args.setup](args.steps)
     loop.run(2)
     results: dict = {}
-    ops_per_step = None
-    for name in args.phases.split(","):
-        phase = Phase(name, args.steps)
-        phase.start()
-        loop.run(1)
-        phase.ops = 0
-        times, losses = loop.run(args.steps)
-        extra = phase.stop()
-        median = statistics.median(times)
-        if phase.ops and name == "passthrough":  # every op the dispatcher runs (hook_noop counts CUDA ops only)
-            ops_per_step = phase.ops / args.steps
-        results[name] = {"median_ms": median, "step_ms": times, "ops_per_step": phase.ops / args.steps, **extra}
-        print(f"[{name}] median {median:.2f} ms; steps {' '.join(f'{t:.1f}' for t in times)}"
-              + (f"; ops/step {phase.ops / args.steps:.0f}" if phase.ops else ""), flush=True)
-    plain = results.get("plain", {}).get("median_ms")
-    print(f"\nsetup {args.setup}, torch {torch.__version__}, {args.steps} steps per phase, one process, this order")
-    if ops_per_step:
-        print(f"ops per step (pass-through mode): {ops_per_step:.0f}")
-    print(f"{'phase':<18}{'median':>10}{'vs plain':>10}{'us/op over plain':>18}")
-    for name, r in results.items():
-        ratio = f"{r['median_ms'] / plain:.2f}x" if plain else "-"
-        per_op = f"{(r['median_ms'] - plain) * 1000 / ops_per_step:.2f}" if plain and ops_per_step else "-"
-        print(f"{name:<18}{r['median_ms']:>8.2f}ms{ratio:>10}{per_op:>18}")
-        for finding in r.get("findings", []):
-            print(f"    {finding}")
-        if r.get("errors"):
-            print(f"    errors: {r['errors']}")
+    names = args.phases.split(",")
+    for name in names:
+        if name != "csan":  # CSAN cannot be switched off: after everything else (below)
+            measure(name, loop, args.steps, results)
+    table(results, args)
     if args.profile:
         import streamcheck
 
@@ -254,6 +265,13 @@ def main() -> int:
         found = watch.stop()
         print(f"  findings: {[(f.rule, f.kind, f.count) for f in found]}; errors {watch.errors}")
         results["soak"] = soak
+    if "csan" in names:
+        try:
+            measure("csan", loop, args.steps, results)
+        except Exception as exc:  # noqa: BLE001 - CSAN raises at the first race it believes it saw
+            results["csan"] = {"raised": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
+            print(f"csan raised: {results['csan']['raised']}")
+        table(results, args)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     return 0
