@@ -1,10 +1,16 @@
-"""The native backend: instrument/native_hook/ (C++) sees every op and calls Python only with what it found.
+"""The native backend: instrument/native_hook/ (C++) sees every op and decides it in C++ where it can.
 
-Same model as the dispatch mode (instrument/dispatch.py), a third of its cost: a Python TorchDispatchMode costs
-about 1.5x on a launch-bound step before doing any work (every op's arguments go to Python and back). The C++ hook
-reads the same schema plans, computes the byte ranges and the current stream, and calls `NativeHooks.on_access`
-once per op that touched CUDA or pinned memory, with plain integers. Collectives and `record_stream` go to the
-same Python code as in the mode (`on_special`, with the op's arguments as Python objects).
+Same model as the dispatch mode (instrument/dispatch.py): a Python TorchDispatchMode costs about 1.5x on a
+launch-bound step before doing any work (every op's arguments go to Python and back). The C++ hook reads the same
+schema plans (op_table.py), computes the byte ranges and the current stream, and then:
+- with the C++ detector as the watch's sink (native_detector.py; the default without a trace file), feeds the op
+  to it directly (native_hook/fast_path.h) and takes the allocator's reports in C++ too (native_hook/gpu_trace.h):
+  Python is entered for a new thread, stream or site, a race to deliver, and the few ops below;
+- otherwise (a trace is written, STREAMCHECK_DETECTOR=python, callbacks held back inside the op, a CUDA graph
+  being captured), calls `NativeHooks.on_access` once per op that touched CUDA or pinned memory, with plain integers.
+Collectives and `record_stream` go to the same Python code as in the mode (`on_special`, with the op's arguments as
+Python objects). Instrumentation off (a closed step window) takes the hook off the thread and pauses torch's GPU
+trace (hook.cpp, set_active).
 
 The extension is compiled on first use with torch's JIT builder (a C++ compiler and ninja; about a minute, cached in
 torch's extension directory, rebuilt when the source changes). Where it cannot be built, `load()` raises
