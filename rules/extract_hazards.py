@@ -56,6 +56,14 @@ NON_TENSOR_KEYWORDS = frozenset({"group", "async_op", "op", "src", "dst", "tag",
                                  "output_split_sizes", "input_split_sizes", "scatter_list_sizes"})
 
 
+def _same_root(path: str, other: str) -> bool:
+    """`param.grad` and `param._saved_grad` (one object's tensors); `self.` paths by their first attribute."""
+    def root(p: str) -> str:
+        parts = p.split(".")
+        return ".".join(parts[:2]) if parts[0] == "self" else parts[0]
+    return bool(other) and root(path) == root(other)
+
+
 def is_true(node: ast.AST | None) -> bool:
     return isinstance(node, ast.Constant) and node.value is True
 
@@ -84,6 +92,7 @@ class HazardCollector:
         self.metadata_methods = METADATA_METHODS - {"record_stream"}
         self.not_data_writes = NOT_DATA_WRITES
         self.skip: set[int] = set()  # ids of nodes a parent has already accounted for
+        self._assigned_from = ""  # the access path of the value of the assignment being recorded
         self.bound_to: dict[int, str] = {}  # id(value expression) -> the path its result is bound or appended to
         self.escaping_calls: set[int] = set()  # id() of calls whose result is a view handed out (returned)
         self.loop_vars: dict[int, dict[str, tuple[str, ...]]] = {}  # id(function facts) -> loop var -> iterated paths
@@ -331,7 +340,11 @@ class HazardCollector:
                     if aliased:
                         self._use(aliased, "escape", elt)
         dropped = isinstance(value, ast.Constant) and value.value is None
-        swapped = self.access_path(value) is not None  # `p.data = p._mp_param`: the old storage may be kept too
+        # `p.data = p._mp_param`: a swap between tensors the object holds, the old storage is kept too; a new
+        # tensor from elsewhere (`p.grad.data = bucket_view`) drops it.
+        value_path = self.access_path(value)
+        swapped = value_path is not None
+        self._assigned_from = value_path or ""
         for target in targets:
             for elt in elements(target):
                 self._store(elt, node, "None" if dropped else "", swapped)
@@ -343,7 +356,7 @@ class HazardCollector:
                 self._use(path, "write", target, "[]=")
         elif isinstance(target, ast.Attribute) and target.attr == "data":
             path = self._mark(target.value)
-            if path and not swapped:
+            if path and not (swapped and _same_root(path, self._assigned_from)):
                 self._use(path, "free", statement, ".data=", at_end=True)
         elif isinstance(target, (ast.Name, ast.Attribute)):
             path = self._mark(target)
@@ -357,8 +370,10 @@ class HazardCollector:
 
     def _delete(self, node: ast.Delete) -> None:
         for target in node.targets:
-            if isinstance(target, ast.Subscript):
-                self._mark(target)
+            if isinstance(target, ast.Subscript):  # `del state[key]`: the container's reference to the item
+                path = self._mark(target)
+                if path:
+                    self._use(path, "free", target, "del[]", at_end=True)
                 continue
             path = self._mark(target)
             if path:

@@ -12,7 +12,7 @@ from .program import CURRENT_STREAM, Function, Program
 from .rule import Rule, location
 
 DATA_USES = frozenset({"read", "write", "host", "stream"})
-FREES = {"del": "`del`", ".data=": "`.data = ...`", "resize_": "`resize_`", "storage().resize_": "`storage().resize_`",
+FREES = {"del": "`del`", "del[]": "`del` of its container item", ".data=": "`.data = ...`", "resize_": "`resize_`", "storage().resize_": "`storage().resize_`",
          "untyped_storage().resize_": "`untyped_storage().resize_`"}
 
 
@@ -23,7 +23,8 @@ class FreeAfterSideStreamUse(Rule):
         stream), used inside it, and then released by the same function (inside the region after the use, or
         after it): `del x`, rebinding the local that held the only reference or the attribute that held it
         (`param.grad = None`), `x.data = <new tensor>` (not a swap to another tensor it holds),
-        `x.resize_(...)`, `x.storage().resize_(0)`, or the end of the function for a local it allocated and
+        `x.resize_(...)`, `x.storage().resize_(0)`, `del container[key]`, or the end of the function for a
+        local it allocated and
         never handed out. It is reported when the function
         never calls `x.record_stream(...)` and no `wait_stream` / `wait_event` / synchronize lies between the
         region and the release. A `self.` attribute that some method of the class assigns inside a region of the
@@ -183,6 +184,26 @@ def prefetch(side, x):
     with torch.cuda.stream(side):
         y = staged * 2
     return y  # expect: SC104
+""",
+        # `.data` rebound to a tensor from elsewhere drops the old storage (DeepSpeed ZeRO-3's gradient bucket).
+        """
+import torch
+
+class Reducer:
+    def add_grad(self, param, bucket):
+        with torch.cuda.stream(self.reduce_stream):
+            view = bucket.narrow(0, 0, param.grad.numel()).view_as(param.grad)
+            view.copy_(param.grad, non_blocking=True)
+            param.grad.data = view  # expect: SC104
+""",
+        # Dropping the container's reference to an item the side stream still reads.
+        """
+import torch
+
+def offload(state, key, host, side):
+    with torch.cuda.stream(side):
+        host.copy_(state[key], non_blocking=True)
+    del state[key]  # expect: SC104
 """,
     ]
 
