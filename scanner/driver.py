@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from streamcheck.scanner import unchanged
 from streamcheck.scanner.config import ScanConfig
 # default_jobs: public here too
 from streamcheck.scanner.extraction import default_jobs, extract_all, few_collections  # noqa: F401
@@ -186,23 +187,33 @@ def _scan(paths, config, backend, jobs, cache_dir, use_cache, report_unused_igno
         cache = FactsCache(cache_dir or config.root / CACHE_DIR_NAME, backend.stamp, backend.options_key)
 
     result = ScanResult(findings=[])
-    read, raw, suppressions, identity = _read_files(files, config, result)
     clock = _Clock(result.timings, started)
-    # A folder nobody could list is a gap in the gate: SC001, not silence (once, if two given paths reach it).
-    for problem in {problem.display: problem for problem in folder_problems}.values():
-        raw.append(_sc001(problem.display, problem.message, 1, 1))
-        identity.append(f"{problem.display}\x1f!{problem.message}")
-    # Nothing changed since the last scan of the same paths: its raw findings still hold, no Facts are needed.
-    scan_key = cache.scan_key(identity, config.select, config.ignore) if cache else None
-    previous = cache.get_scan(scan_key) if cache and scan_key else None
-    clock.lap("discovery")
-    if previous is not None:
-        raw = previous
-        result.cached = len(read)
+    # Every file's stat as the last scan recorded it: that scan's findings hold, and nothing needs reading but
+    # the suppression comments of the files they name (unchanged.py). Unused ones are looked for in every file.
+    raw = None if cache is None or report_unused_ignores else _unchanged(files, folder_problems, config, cache, result)
+    if raw is not None:
+        suppressions = _suppressions_in(raw, files, config)
+        clock.lap("discovery")
     else:
-        raw += _analyze_files(read, config, backend, cache, jobs, progress, result, clock)
-        if cache and scan_key:
-            cache.put_scan(scan_key, raw)
+        record = unchanged.Record(config.max_file_size_kb) if cache else None
+        read, raw, suppressions, identity = _read_files(files, config, result, record)
+        # A folder nobody could list is a gap in the gate: SC001, not silence (once, if two given paths reach it).
+        for problem in {problem.display: problem for problem in folder_problems}.values():
+            raw.append(_sc001(problem.display, problem.message, 1, 1))
+            identity.append(f"{problem.display}\x1f!{problem.message}")
+        # Nothing changed since the last scan of the same paths: its raw findings still hold, no Facts are needed.
+        scan_key = cache.scan_key(identity, config.select, config.ignore) if cache else None
+        previous = cache.get_scan(scan_key) if cache and scan_key else None
+        clock.lap("discovery")
+        if previous is not None:
+            raw = previous
+            result.cached = len(read)
+        else:
+            raw += _analyze_files(read, config, backend, cache, jobs, progress, result, clock)
+            if cache and scan_key:
+                cache.put_scan(scan_key, raw)
+        if record is not None:
+            record.write(cache.directory)
 
     rel_of = {file.display: file.rel for file in files}
     kept = [f for f in raw if config.rule_enabled_for(f.rule, rel_of.get(f.primary.path, f.primary.path))]
@@ -249,28 +260,62 @@ class _Clock:
             self.last += seconds
 
 
-def _read_files(files: list[SourceFile], config: ScanConfig, result: ScanResult):
+def _read_files(files: list[SourceFile], config: ScanConfig, result: ScanResult, record: unchanged.Record | None):
     """Read every file: (readable files with their text, SC001 findings for the unreadable ones, suppression
-    comments per file, the identity of each file for the last-scan key). Skipped files go to result.skipped."""
+    comments per file, the identity of each file for the last-scan key). Skipped files go to result.skipped;
+    each file's stat (taken before it is read) and outcome go to `record`."""
     read: list[tuple[SourceFile, Source]] = []
     unreadable: list[Finding] = []
     suppressions: dict[str, dict[int, Suppression]] = {}
     identity: list[str] = []
     max_bytes = config.max_file_size_kb * 1024
     for file in files:
+        stat = unchanged.stat_of(file.disk_path) if record else None
         source = read_source(file.disk_path, max_bytes)
         if isinstance(source, Unreadable) and source.skip:
             result.skipped.append(f"{file.display}: {source.message}")
+            if record:
+                record.add(file, stat, "skip", source.message)
             continue
         result.files += 1
         if isinstance(source, Unreadable):
             unreadable.append(_sc001(file.display, source.message, source.line, source.column))
             identity.append(f"{file.display}\x1f!{source.message}")
-            continue
-        suppressions[file.display] = find_suppressions(source.text)
-        identity.append(f"{file.display}\x1f{source.digest}")
-        read.append((file, source))
+        else:
+            suppressions[file.display] = find_suppressions(source.text)
+            identity.append(f"{file.display}\x1f{source.digest}")
+            read.append((file, source))
+        if record:
+            record.add(file, stat, "id", identity[-1])
     return read, unreadable, suppressions, identity
+
+
+def _unchanged(files, folder_problems, config: ScanConfig, cache: FactsCache, result: ScanResult):
+    """The last scan's raw findings when every file is as it recorded (by stat) and the scan key matches; None
+    otherwise (then the files are read)."""
+    known = unchanged.known(files, cache.directory, config.max_file_size_kb)
+    if known is None:
+        return None
+    identity, skipped, files_read, readable = known
+    for problem in {problem.display: problem for problem in folder_problems}.values():
+        identity.append(f"{problem.display}\x1f!{problem.message}")
+    previous = cache.get_scan(cache.scan_key(identity, config.select, config.ignore))
+    if previous is not None:
+        result.skipped += skipped
+        result.files, result.cached = files_read, readable
+    return previous
+
+
+def _suppressions_in(findings: list[Finding], files: list[SourceFile], config: ScanConfig):
+    """The suppression comments of the files `findings` name (primary or related): all that covering needs."""
+    named = {f.primary.path for f in findings} | {loc.path for f in findings for loc in f.related}
+    suppressions: dict[str, dict[int, Suppression]] = {}
+    for file in files:
+        if file.display in named:
+            source = read_source(file.disk_path, config.max_file_size_kb * 1024)
+            if isinstance(source, Source):
+                suppressions[file.display] = find_suppressions(source.text)
+    return suppressions
 
 
 def _analyze_files(read, config, backend: RulesBackend, cache, jobs, progress, result: ScanResult,
