@@ -54,14 +54,19 @@ class FindingSink:
         self.names: Names | None = None
         self.trace: Any = None  # a TraceWriter that also keeps the storage infos, or None
         self._storage_namer = None  # instrument/storage_names.StorageNamer, made at the first report
+        self._site_keys: dict[tuple, tuple] = {}
 
     def bind(self, detector: Any, names: Names, trace: Any = None) -> None:
         self.detector, self.names, self.trace = detector, names, trace
 
     # ---- races ---------------------------------------------------------------------------------------------------
     def _site_key(self, site: int, op: str) -> tuple:
-        frame = self.names.frame(site)
-        return (frame[0], frame[1]) if frame else ("<unknown>", op)
+        # a site's frames never change once captured: resolved (a line-table scan) once per site, not per race
+        key = self._site_keys.get((site, op))
+        if key is None:
+            frame = self.names.frame(site)
+            key = self._site_keys[(site, op)] = (frame[0], frame[1]) if frame else ("<unknown>", op)
+        return key
 
     def on_race(self, race: Race) -> None:
         key = (race.kind, self._site_key(race.earlier.site, race.earlier.op),
