@@ -51,3 +51,10 @@ TENSOR_KEYWORDS = frozenset({
 def outputs_of(callee: str) -> Outputs | None:
     """The row for a collective's dotted callee text, or None (all its tensor arguments are only read)."""
     return COLLECTIVE_OUTPUTS.get(callee.rsplit(".", 1)[-1])
+
+
+def launched_async(function, access) -> bool:
+    """Whether `access` is a tensor of an `async_op=True` collective launched at its line (its ordering travels
+    with the handle: SC105's business in the launching function, the handle's wait elsewhere)."""
+    return any(work.line <= access.line <= work.end_line and access.path in work.tensors
+               for work in function.facts.async_works)

@@ -478,7 +478,10 @@ class _FactsVisitor(ast.NodeVisitor):
             return  # `dist.get_world_size(group)`, `dist.barrier()`: process groups and ranks, no tensor data
         if not (collective or tensor_method or self._is_torch_function(callee)):
             return  # a hand-off to other code: what the callee does with it is the callee's (summaries.py)
-        written = outputs_of(callee) if collective else None
+        # The table's argument positions are those of the communication libraries' functions (`dist.x`, a name
+        # imported from one); a method of the same name (`params.all_gather_coalesced()`) has its own.
+        written = outputs_of(callee) if collective and (
+            "." not in callee or callee.split(".", 1)[0] in self.facts.imports) else None
         for position, arg in enumerate(node.args):
             if written and position >= written.tensor_positions:
                 break  # `dist.all_reduce(t, op, group)`: the rest are no tensors

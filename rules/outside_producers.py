@@ -110,9 +110,12 @@ def _tensor_position(reader: Function, read: Access) -> bool:
     (the call starts where the receiver does), or inside a callee (bound at the call). An argument of a tensor
     method is as often a number (`x.div_(self.factor)`)."""
     op = read.op.split(" ", 1)[0]
-    if read.collective or " in " in read.op:
-        return True
     imports = reader.file.imports
+    if " in " in read.op:
+        return True
+    if read.collective:  # a library's collective (`dist.all_reduce`), not a method of that name on an object
+        return any(call.line == read.line and call.callee.rsplit(".", 1)[-1] == op and (
+            "." not in call.callee or call.callee.split(".", 1)[0] in imports) for call in reader.facts.calls)
     receiver = (read.path + ".", read.path + "[")
     return any(((call.line, call.column) == (read.line, read.column) and call.callee.startswith(receiver)) or (
         call.line == read.line and op in TORCH_FUNCTIONS and call.callee.rsplit(".", 1)[-1] == op

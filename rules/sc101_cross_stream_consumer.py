@@ -6,8 +6,10 @@ from typing import Iterable
 
 from streamcheck.findings import ROLE_READ, ROLE_WRITE, Finding
 
+from .collectives import launched_async
 from .extract import ALIAS
 from .facts import Access
+from .outside_consumers import writes_for_outside_consumers
 from .outside_producers import reads_of_outside_producers
 from .program import Function, Program
 from .races import Context, contexts, matching, unordered
@@ -262,7 +264,7 @@ def reduce(grad, side, overlap):
             races: dict[tuple[str, str], list[tuple[Context, Context]]] = {}
             for write_ctx in contexts(program, writer, write):
                 for reader, read in matching(program, writer, write, "read"):
-                    if reader is writer and _launched_async(writer, write):
+                    if reader is writer and launched_async(writer, write):
                         continue  # an async collective's buffer used in the function that launched it: SC105's
                     for read_ctx in contexts(program, reader, read):
                         if unordered(program, write_ctx, read_ctx):
@@ -270,11 +272,7 @@ def reduce(grad, side, overlap):
             if races:
                 yield _finding(program, writer, write, races)
         yield from reads_of_outside_producers(program, self.id)
-
-
-def _launched_async(function: Function, write: Access) -> bool:
-    return any(work.line <= write.line <= work.end_line and write.path in work.tensors
-               for work in function.facts.async_works)
+        yield from writes_for_outside_consumers(program, self.id)
 
 
 def _finding(program: Program, writer: Function, write: Access,

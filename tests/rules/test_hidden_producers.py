@@ -79,9 +79,11 @@ GRADIENTS = """
 
 def test_a_gradient_read_on_a_side_stream_before_waiting_for_the_backward():
     racy = GRADIENTS.replace("{wait}", "pass")
-    [finding] = findings_of({"m.py": racy})
+    # (`self.bucket`, written on reduce_stream and read by nothing in this source, is reported as handed out to
+    # the current stream: outside_consumers.py, tested in test_outside_accesses.py.)
+    [finding] = [f for f in findings_of({"m.py": racy}) if f.extra.get("consumer") != "outside"]
     assert (finding.rule, finding.kind, finding.primary.line) == ("SC101", "RAW", line_of(racy, "param.grad.view"))
     assert (finding.extra["path"], finding.extra["producer"], finding.extra["reader_stream"]) == (
         "param.grad", "autograd", "self.reduce_stream")
     waited = GRADIENTS.replace("{wait}", "self.reduce_stream.wait_stream(torch.cuda.current_stream())")
-    assert findings_of({"m.py": waited}) == []
+    assert [f.extra["consumer"] for f in findings_of({"m.py": waited})] == ["outside"]

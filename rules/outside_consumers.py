@@ -1,0 +1,79 @@
+"""Writes on a side stream that leave the function for readers the scan does not see: the reader is taken to be the
+current stream, after the function returns.
+
+A tensor written inside `with stream(s):` into a `self.` attribute or into what a parameter holds is handed to code
+outside the function (the caller, the next schedule stage, the model's forward), which runs on the current stream
+unless it says otherwise. When nothing in the scan reads it (a read would be paired by the main query), the
+current stream must be made to wait for s before the function returns (in it, or in its callers after the call),
+or an event recorded on s after the write must go along with it. A stream that the current stream waits for
+anywhere in the program is taken as handed over that way (the consumer waits where the scan cannot follow): only
+side streams that nothing ever waits for are reported, so the finding is about a missing edge, not a hidden one.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from streamcheck.findings import ROLE_WRITE, Finding
+
+from .collectives import launched_async
+from .extract import ALIAS
+from .facts import NO_REGION, Access
+from .orderings import orderings_of, waits_for
+from .program import Function, Program
+from .races import Context, contexts, matching, ordered_after
+from .rule import location, way_of
+from .streams import CURRENT_STREAM, UNKNOWN, as_code, display, stream_words
+
+
+def writes_for_outside_consumers(program: Program, rule_id: str) -> Iterable[Finding]:
+    reported: set[tuple[str, int]] = set()
+    for writer, write in program.all_accesses():
+        if write.kind != "write" or write.op == ALIAS or write.region == NO_REGION or not _handed_out(writer, write):
+            continue
+        if next(matching(program, writer, write, "read"), None) is not None or launched_async(writer, write):
+            continue  # a reader in the scan (the main query pairs the two), or a handle that carries the edge
+        for ctx in contexts(program, writer, write):
+            if ctx.stream in (CURRENT_STREAM, UNKNOWN) or _ever_waited_for(program, ctx.stream):
+                continue
+            if ordered_after(program, ctx, ctx.stream, CURRENT_STREAM, frozenset()):
+                continue
+            key = (writer.id, write.region)
+            if key not in reported:  # one finding per region
+                reported.add(key)
+                yield _finding(program, rule_id, writer, write, ctx)
+            break
+
+
+def _handed_out(writer: Function, write: Access) -> bool:
+    """Written into what outlives the call: an attribute of `self`, or a tensor a parameter holds."""
+    root = write.path.split(".", 1)[0]
+    return write.path.startswith("self.") or (root in writer.facts.params and root not in ("self", "cls")
+                                              and not write.owner)
+
+
+def _ever_waited_for(program: Program, stream: str) -> bool:
+    waited = program.memo("outside_consumers.waited", lambda: {})
+    if stream not in waited:
+        waited[stream] = any(
+            o.waiter != stream and waits_for(program, o, stream)
+            for function in program.functions.values() for o in orderings_of(program, function))
+    return waited[stream]
+
+
+def _finding(program: Program, rule_id: str, writer: Function, write: Access, ctx: Context) -> Finding:
+    waited, where = as_code(ctx.stream), writer.facts.qualname
+    return Finding(
+        rule=rule_id,
+        message=(f"`{write.path}` is written by `{write.op}` on {stream_words(ctx.stream)} and handed out of "
+                 f"`{where}` to readers on the current stream, which never wait for {stream_words(ctx.stream)}"),
+        primary=location(writer, write.line, write.column, ROLE_WRITE, f"{write.op} in {where}"),
+        related=tuple(way_of(program, ctx, ctx)),
+        fix=(f"Make the current stream wait before the result is used: "
+             f"`torch.cuda.current_stream().wait_stream({waited})` after the `with` in `{where}` (or record an "
+             f"event on `{waited}` after the write and wait on it where the result is read)."),
+        kind="RAW",
+        symbol=where,
+        extra={"path": write.path, "writer_stream": display(ctx.stream), "reader_stream": "",
+               "consumer": "outside", "producer": "device op"},
+    )
