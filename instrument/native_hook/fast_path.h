@@ -65,7 +65,8 @@ inline thread_local int thread_actor_id = -1;
 inline thread_local uint64_t thread_actor_generation = 0;
 inline thread_local bool capturing_graph = false;
 
-inline std::string call_for_name(PyObject* fn, py::tuple args) {
+inline std::string call_for_name(PyObject* fn, py::tuple args) {  // "" once the fast path was detached
+  if (fn == nullptr) return std::string();
   return py::reinterpret_borrow<py::object>(fn)(*args).cast<std::string>();
 }
 
@@ -86,6 +87,8 @@ inline bool decide_in_cpp(const Plan& plan, const OpAccesses& acc, int64_t strea
   FastPath& f = fast_path();
   Detector* d = f.detector;
   if (d == nullptr || capturing_graph || site == -2) return false;
+  // Python calls below may let another thread run and stop the watch (attach_fast_path(None)): hold the detector
+  py::object keep = py::reinterpret_borrow<py::object>(f.owner);
   int thread = current_thread_actor(f, d);
   if (thread < 0) return true;  // the Recorder failed (and switched itself off): drop the op
   int actor = thread;
@@ -125,7 +128,7 @@ inline bool decide_in_cpp(const Plan& plan, const OpAccesses& acc, int64_t strea
   if (reads.empty() && writes.empty()) return true;
   if (actor == thread) d->host_access(thread, reads, writes, site, op);
   else d->kernel(thread, actor, reads, writes, site, op);
-  if (!d->races.empty()) py::reinterpret_borrow<py::object>(f.deliver)();
+  if (!d->races.empty() && f.deliver != nullptr) py::reinterpret_borrow<py::object>(f.deliver)();
   return true;
 }
 

@@ -24,6 +24,7 @@ inline void free_now(uint64_t ptr, int64_t site) {
   FastPath& f = fast_path();
   Detector* d = f.detector;
   if (d == nullptr) return;
+  py::object keep = py::reinterpret_borrow<py::object>(f.owner);  // as in decide_in_cpp
   int thread = current_thread_actor(f, d);
   if (thread < 0) return;
   d->free(thread, ptr, site);
@@ -43,6 +44,7 @@ inline void on_free(uint64_t ptr) {
   FastPath& f = fast_path();
   Detector* d = f.detector;
   if (d == nullptr) return;
+  py::object keep = py::reinterpret_borrow<py::object>(f.owner);  // as in decide_in_cpp
   // Most blocks were only used by their allocation stream: such a free races with nothing and needs no site.
   int64_t site = -1;
   if (d->free_can_race(ptr)) {
