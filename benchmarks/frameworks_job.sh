@@ -18,7 +18,7 @@ log() { echo "=== $(date +%H:%M:%S) $*" | tee -a "$LOG"; }
 left() { echo $(( ${DEADLINE:-$(( $(date +%s) + 3600 ))} - $(date +%s) - 25 )); }
 has() { case ",$PARTS," in *",$1,"*) return 0;; esac; return 1; }
 rm -rf .scpkg && mkdir -p .scpkg && cp -r streamcheck .scpkg/ && cp -r instrument .scpkg/streamcheck/instrument \
-  && cp -r rules .scpkg/streamcheck/rules
+  && cp -r rules .scpkg/streamcheck/rules && cp -r scanner .scpkg/streamcheck/scanner
 python3 -m pip install -q --no-index --no-deps --no-compile --target .site .whl/deps/*.whl \
   .whl/deepspeed-0.19.8/*.whl >>"$LOG" 2>&1 || log "install of deepspeed 0.19.8 failed"
 export PYTHONPATH=$PWD/.scpkg:$PWD/.site
