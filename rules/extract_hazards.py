@@ -456,6 +456,9 @@ class HazardCollector:
             interesting = {p for c in fn.async_copies for p in (c.dst, c.src) if p}
             interesting.update(p for w in fn.async_works for p in w.tensors + (w.handle,) if p)
             interesting.update(u.path for u in fn.uses if u.region != NO_REGION)
+            # Released or held for a stream here: the function may run inside a caller's region (SC104).
+            interesting.update(u.path for u in fn.uses if u.how in ("free", "record_stream")
+                               or (u.how == "rebind" and u.arg == "None"))
             fn.uses = [u for u in fn.uses if u.path in interesting or u.how == "wait"]  # waits: for callers too
             fn.placements = [p for p in fn.placements if p.path in interesting or p.path.startswith("self.")]
             for line in [u.line for u in fn.uses] + [c.line for c in fn.async_copies] + [

@@ -6,10 +6,11 @@ from typing import Iterable
 
 from streamcheck.findings import ROLE_FREE, ROLE_READ, ROLE_STREAM_CONTEXT, Finding
 
-from .facts import Region, Use
+from .facts import NO_REGION, Region, Use
 from .hazard_flow import host_blocked_between, stream_ordered_between, uses_after
 from .program import CURRENT_STREAM, Function, Program
 from .rule import Rule, location
+from .streams import UNKNOWN
 
 DATA_USES = frozenset({"read", "write", "host", "stream"})
 FREES = {"del": "`del`", "del[]": "`del` of its container item", ".data=": "`.data = ...`", "resize_": "`resize_`", "storage().resize_": "`storage().resize_`",
@@ -131,6 +132,21 @@ class Overlap:
             self.cached = None
         return out
 """,
+        # ... and `record_stream(current_stream())` there records it for the region's stream (DeepSpeed ZeRO-3).
+        """
+import torch
+
+class Reducer:
+    def reduce(self, params):
+        with torch.cuda.stream(self.reduce_stream):
+            for p in params:
+                self.move(p)
+
+    def move(self, param):
+        self.flat.copy_(param.grad.view(-1))
+        param.grad.record_stream(torch.cuda.current_stream())
+        param.grad = None
+""",
     ]
 
     INVALID = [
@@ -205,25 +221,46 @@ def offload(state, key, host, side):
         host.copy_(state[key], non_blocking=True)
     del state[key]  # expect: SC104
 """,
+        # A helper called only inside a side-stream region runs on that stream: its release needs the record too.
+        """
+import torch
+
+class Reducer:
+    def reduce(self, params):
+        with torch.cuda.stream(self.reduce_stream):
+            for p in params:
+                self.move(p)
+
+    def move(self, param):
+        self.flat.copy_(param.grad.view(-1))
+        param.grad = None  # expect: SC104
+""",
     ]
 
     def check(self, program: Program) -> Iterable[Finding]:
         for function in program.functions.values():
             facts = function.facts
-            for index, region in enumerate(facts.regions):
-                if not facts.uses or program.stream_id(function, region) == CURRENT_STREAM:
-                    continue
+            if not facts.uses:
+                continue
+            regions = [(index, region) for index, region in enumerate(facts.regions)
+                       if program.stream_id(function, region) != CURRENT_STREAM]
+            whole = _called_on_one_side_stream(program, function)
+            if whole is not None:  # its body runs inside a caller's region: `current_stream()` there is that stream
+                regions.append((NO_REGION, whole[0]))
+            for index, region in regions:
                 inside: dict[str, Use] = {}
                 for use in sorted(facts.uses, key=lambda u: (u.line, u.column)):
                     if use.region == index and use.how in DATA_USES and use.path not in inside:
                         inside[use.path] = use
                 for path, first_use in inside.items():
-                    finding = self._release(program, function, index, region, path, first_use)
+                    context = whole[1] if index == NO_REGION else location(
+                        function, region.line, region.column, ROLE_STREAM_CONTEXT, f"switches to `{region.stream}`")
+                    finding = self._release(program, function, index, region, path, first_use, context)
                     if finding is not None:
                         yield finding
 
     def _release(self, program: Program, function: Function, index: int, region: Region, path: str,
-                 first_use: Use) -> Finding | None:
+                 first_use: Use, context) -> Finding | None:
         facts = function.facts
         bound_inside = any(  # allocated on the side stream itself
             u.path == path and u.region == index and u.how == "rebind" and u.line < first_use.line for u in facts.uses)
@@ -267,7 +304,7 @@ def offload(state, key, host, side):
             primary=location(function, line, column, ROLE_FREE, f"release in {facts.qualname}"),
             related=(
                 location(function, first_use.line, first_use.column, ROLE_READ, f"used on `{stream}`"),
-                location(function, region.line, region.column, ROLE_STREAM_CONTEXT, f"switches to `{stream}`"),
+                context,
             ),
             fix=(f"Call `{path}.record_stream({stream})` after its use on the side stream, or "
                  f"`torch.cuda.current_stream().wait_stream({stream})` before line {line}."),
@@ -275,6 +312,22 @@ def offload(state, key, host, side):
             symbol=facts.qualname,
             extra={"path": path, "stream": stream},
         )
+
+
+def _called_on_one_side_stream(program: Program, function: Function):
+    """(the body as a region, the caller's `with` as a location) for a function every call of which comes from
+    regions of one side stream (named as that `with` names it), or None."""
+    if function.id in program.runs_on_current_stream:
+        return None
+    chains = program.region_chains(function.id)
+    streams = {program.stream_id(fn, fn.facts.regions[index]) for fn, index, _ in chains}
+    if len(streams) != 1 or UNKNOWN in streams or CURRENT_STREAM in streams:
+        return None
+    region_fn, index, _ = chains[0]
+    caller_region = region_fn.facts.regions[index]
+    where = location(region_fn, caller_region.line, caller_region.column, ROLE_STREAM_CONTEXT,
+                     f"switches to `{caller_region.stream}`, then calls into {function.facts.qualname}")
+    return Region(caller_region.stream, function.facts.line, 1, function.facts.end_line), where
 
 
 def _bound_on_stream(program: Program, function: Function, path: str, stream: str) -> bool:
