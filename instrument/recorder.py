@@ -18,6 +18,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable
 
+from . import actors
 from .sites import BACKWARD_NOTE, UNKNOWN_SITE, SiteTable
 
 
@@ -109,7 +110,7 @@ class Recorder:
         return name
 
     def _new_thread(self, ident: int) -> str:
-        name = f"T{ident}"
+        name = actors.host(ident)
         caller = self._backward_caller
         if caller is not None and caller != name:
             # A thread first seen during backward() is one of the autograd engine's: its work follows the caller.
@@ -127,7 +128,7 @@ class Recorder:
             names = self._stream_names[device] = {}
         name = names.get(handle)
         if name is None:
-            name = names[handle] = f"cuda:{device}/s{handle}"
+            name = names[handle] = actors.cuda_stream(device, handle)
             if handle:
                 self._device_of_handle[handle] = device
                 self._name_stream(name)
@@ -158,7 +159,7 @@ class Recorder:
             device = self.current_device()
         names = self._stream_names.get(device)
         name = names.get(handle) if names else None
-        return name if name is not None else f"cuda:{device}/s{handle}"
+        return name if name is not None else actors.cuda_stream(device, handle)
 
     # ---- backward(): the engine threads are ordered with the thread that called it --------------------------------
     def backward_begin(self) -> None:

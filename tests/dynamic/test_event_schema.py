@@ -10,6 +10,7 @@ import pytest
 
 from streamcheck.instrument.detector import Detector
 from streamcheck.instrument.events import EVENTS, Sink
+from streamcheck.instrument.native_detector import NativeDetector
 from streamcheck.instrument.offline.hb import HappensBefore
 from streamcheck.instrument.trace import TraceWriter, read_trace, replay
 
@@ -19,7 +20,7 @@ def _parameters(function) -> list[tuple[str, object]]:
             if p.name != "self" and p.kind is not p.VAR_KEYWORD]
 
 
-@pytest.mark.parametrize("sink", [Detector, TraceWriter, HappensBefore])
+@pytest.mark.parametrize("sink", [Detector, TraceWriter, HappensBefore, NativeDetector])
 def test_every_sink_has_every_event_with_the_protocols_parameters(sink):
     assert {name: _parameters(getattr(sink, name)) for name in EVENTS} == \
         {name: _parameters(getattr(Sink, name)) for name in EVENTS}
