@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
+from streamcheck.findings import frame_text
+
 
 class Names:
     def __init__(self, sites: Mapping[int, list] | None = None, stream_names: dict[str, str] | None = None,
@@ -66,7 +68,7 @@ class Names:
 
     def stack(self, site: int) -> list[str]:
         """"path:line in function" per frame, the blamed frame first (a finding's earlier_stack / later_stack)."""
-        return [f"{frame[0]}:{frame[1]} in {frame[2]}" for frame in self.sites.get(site) or () if len(frame) >= 3]
+        return [frame_text(*frame[:3]) for frame in self.sites.get(site) or () if len(frame) >= 3]
 
     def actor(self, actor: str) -> str:
         """"cuda:0/s1 (side stream created at coordinator.py:115)" when the run named it."""

@@ -7,6 +7,7 @@ The static scanner (rules/) and the runtime detector (instrument/) both produce 
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
@@ -105,6 +106,20 @@ class Finding:
             count=data.get("count", 1),
             extra=dict(data.get("extra", {})),
         )
+
+
+# A call-stack frame as runtime findings carry it in `extra` (earlier_stack / later_stack): "path:line in function".
+_FRAME = re.compile(r"^(?P<path>.+):(?P<line>\d+)(?: in (?P<function>.*))?$")
+
+
+def frame_text(path: str, line: int, function: str) -> str:
+    return f"{path}:{line} in {function}"
+
+
+def parse_frame(text: str) -> tuple[str, int, str] | None:
+    """(path, line, function) of a frame_text; None for text that is not one."""
+    match = _FRAME.match(text)
+    return (match["path"], int(match["line"]), match["function"] or "") if match else None
 
 
 def _norm(text: str) -> str:

@@ -15,7 +15,7 @@ import os
 import re
 from typing import Mapping
 
-from streamcheck.findings import Finding
+from streamcheck.findings import Finding, parse_frame
 from streamcheck.instrument.actors import parse
 
 _SITE = re.compile(r"\bat (?P<file>[^\s:]+\.py):(?P<line>\d+)")
@@ -50,7 +50,7 @@ def _paths_of(finding: Finding) -> list[str]:
     for key in ("earlier_stack", "later_stack"):
         stack = finding.extra.get(key)
         if isinstance(stack, list):
-            paths += [str(frame).partition(" in ")[0].rpartition(":")[0] for frame in stack]
+            paths += [parsed[0] for parsed in map(parse_frame, map(str, stack)) if parsed]
     return [p for p in dict.fromkeys(paths) if p]
 
 

@@ -24,7 +24,7 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
-from streamcheck.findings import ROLE_SYNC, Finding
+from streamcheck.findings import ROLE_SYNC, Finding, parse_frame
 from streamcheck.instrument.actors import NCCL, STREAM, is_host, parse
 from streamcheck.instrument.names import Names
 
@@ -77,10 +77,11 @@ def display_path(path: str) -> str:
 
 def short_frame(frame: str) -> str:
     """"/long/path/file.py:12 in f" -> "file.py:12 in f"."""
-    where, _, function = frame.partition(" in ")
-    path, _, line = where.rpartition(":")
-    name = path.rsplit("/", 1)[-1] or where
-    return f"{name}:{line}" + (f" in {function}" if function else "")
+    parsed = parse_frame(frame)
+    if parsed is None:
+        return frame
+    path, line, function = parsed
+    return f"{path.rsplit('/', 1)[-1]}:{line}" + (f" in {function}" if function else "")
 
 
 @dataclass
@@ -145,16 +146,15 @@ def _access(finding: Finding, which: str, names: Mapping[str, str], world_size: 
         view.path, view.line, view.function, view.snippet = (location.path, location.line, location.note,
                                                              location.snippet)
     elif stack:
-        where, _, view.function = stack[0].partition(" in ")
-        path, _, line = where.rpartition(":")
-        view.path, view.line = path, int(line) if line.isdigit() else 0
+        view.path, view.line, view.function = parse_frame(stack[0]) or ("", 0, "")
     view.callers = [short_frame(frame) for frame in stack[1:] if not _is_torch_frame(frame)]
     return view
 
 
 def _is_torch_frame(frame: str) -> bool:
     """torch's own frames (dynamo's eval_frame wrappers between user frames) say nothing to the reader."""
-    return display_path(frame.partition(" in ")[0]).startswith("torch/")
+    parsed = parse_frame(frame)
+    return parsed is not None and display_path(parsed[0]).startswith("torch/")
 
 
 def tensor_text(finding: Finding) -> tuple[str, str]:

@@ -25,13 +25,12 @@ from urllib.parse import quote
 
 from streamcheck.catalogue import RUNTIME
 from streamcheck.constants import PROJECT_URL
-from streamcheck.findings import Finding, Location
+from streamcheck.findings import Finding, Location, parse_frame
 from streamcheck.report import ReportContext
 
 SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
 SRCROOT = "%SRCROOT%"
 _LEVELS = {"error": "error", "warning": "warning"}
-_FRAME = re.compile(r"^(?P<path>.+):(?P<line>\d+)(?: in (?P<function>.+))?$")
 
 
 def write(findings: list[Finding], out: TextIO, context: ReportContext) -> None:
@@ -163,14 +162,14 @@ def _code_flows(finding: Finding, root: Path) -> list[dict[str, Any]]:
         stack = finding.extra.get(key)
         if not isinstance(stack, list):
             continue
-        frames = [m for m in (_FRAME.match(str(frame)) for frame in stack) if m]
+        frames = [frame for frame in map(parse_frame, map(str, stack)) if frame]
         if not frames:
             continue
         locations = []
-        for depth, match in enumerate(reversed(frames)):
-            loc = Location(match["path"], int(match["line"]))
+        for depth, (path, line, function) in enumerate(reversed(frames)):
+            loc = Location(path, line)
             step = {"location": {"physicalLocation": _physical(loc, root),
-                                 "message": {"text": f"in {match['function']}" if match["function"] else what}},
+                                 "message": {"text": f"in {function}" if function else what}},
                     "nestingLevel": depth}
             locations.append(step)
         access = (finding.extra.get(key.replace("_stack", "")) or {})
