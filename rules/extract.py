@@ -206,7 +206,7 @@ class _FactsVisitor(ast.NodeVisitor):
         self.detailed = detailed
         self.stream_names = options.all_stream_contexts
         self.collectives = options.all_collectives
-        self.syncs = options.all_syncs
+        self.sync_callables = options.all_sync_callables
         self.scope: list[str] = []  # qualname parts
         self.class_stack: list[str | None] = [None]
         self.fn: FunctionFacts | None = None
@@ -518,7 +518,7 @@ class _FactsVisitor(ast.NodeVisitor):
             return "wait_stream"
         if last == "wait_event" or (last == "wait" and "event" in receiver.lower()):
             return "wait_event"
-        if matches_name(callee, self.syncs):
+        if matches_name(callee, self.sync_callables):
             return "synchronize"
         if last in ("record", "record_event") and method:
             return "record"

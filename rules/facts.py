@@ -324,7 +324,7 @@ def module_name(path: str) -> tuple[str, bool]:
 def needs_detail(source: str, options: StaticOptions) -> bool:
     """Token prefilter: only files that mention streams, syncs or collectives can hold a stream region, a sync or
     a consumer that matters; the rest only feed the call graph."""
-    words = _PREFILTER_WORDS | options.all_stream_contexts | options.all_collectives | options.all_syncs
+    words = _PREFILTER_WORDS | options.all_stream_contexts | options.all_collectives | options.all_sync_callables
     return any(word.rsplit(".", 1)[-1] in source for word in words)
 
 

@@ -23,7 +23,7 @@ DEFAULT_COLLECTIVES = (
 )
 
 # Calls that block the host until device work is done (besides `.synchronize()`, which is always one).
-DEFAULT_SYNCS = ("synchronize",)
+DEFAULT_SYNC_CALLABLES = ("synchronize",)
 
 # Attribute names so common on tensors and modules that a write to `a.data` and a read of `b.data` say nothing
 # about `a` and `b` being the same tensor. Paths ending in one of these only match when rooted in the same
@@ -41,7 +41,7 @@ class StaticOptions:
 
     stream_contexts: tuple[str, ...] = ()
     collectives: tuple[str, ...] = ()
-    syncs: tuple[str, ...] = ()
+    sync_callables: tuple[str, ...] = ()  # the `sync-callables` key of [tool.streamcheck]
     generic_attributes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -58,8 +58,8 @@ class StaticOptions:
         return frozenset(DEFAULT_COLLECTIVES + self.collectives)
 
     @property
-    def all_syncs(self) -> frozenset[str]:
-        return frozenset(DEFAULT_SYNCS + self.syncs)
+    def all_sync_callables(self) -> frozenset[str]:
+        return frozenset(DEFAULT_SYNC_CALLABLES + self.sync_callables)
 
     @property
     def all_generic_attributes(self) -> frozenset[str]:

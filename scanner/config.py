@@ -118,7 +118,7 @@ class ScanConfig:
         return StaticOptions(
             stream_contexts=self.stream_contexts,
             collectives=self.collectives,
-            syncs=self.sync_callables,
+            sync_callables=self.sync_callables,
             generic_attributes=self.generic_attributes,
         )
 

@@ -182,7 +182,7 @@ def test_files_without_stream_words_only_feed_the_call_graph():
 
 
 def test_configured_stream_context_and_sync():
-    options = StaticOptions(stream_contexts=("on_side_stream",), syncs=("mylib.block_until_done",))
+    options = StaticOptions(stream_contexts=("on_side_stream",), sync_callables=("mylib.block_until_done",))
     source = "def f(s, x):\n    with on_side_stream(s):\n        x.add_(1)\n    mylib.block_until_done()\n"
     facts = extract_facts(source, "cfg.py", options)
     fn = facts.functions[1]
@@ -196,7 +196,7 @@ def test_options_cache_key_tracks_what_changes_facts():
     assert StaticOptions().cache_key() == StaticOptions().cache_key()
     assert StaticOptions(collectives=("b", "a")).cache_key() == StaticOptions(collectives=("a", "b")).cache_key()
     assert StaticOptions(collectives=("a",)).cache_key() != StaticOptions().cache_key()
-    assert hash(StaticOptions(syncs=("x",))) == hash(StaticOptions(syncs=["x"]))
+    assert hash(StaticOptions(sync_callables=("x",))) == hash(StaticOptions(sync_callables=["x"]))
 
 
 def test_a_stream_object_used_as_context_manager():

@@ -91,7 +91,7 @@ def test_model_options_reach_the_rules_options(project):
     options = config.static_options()
     assert options.stream_contexts == ("my_accel.side",)
     assert options.collectives == ("other.bcast",)
-    assert options.syncs == ("my_accel.fence",)
+    assert options.sync_callables == ("my_accel.fence",)
     assert options.generic_attributes == ("payload",)
 
 
