@@ -372,7 +372,7 @@ class _FactsVisitor(ast.NodeVisitor):
         for stmt in body:
             self.visit(stmt)
         self.blocks.pop()
-        if isinstance(body[-1], (ast.Return, ast.Raise, ast.Continue, ast.Break)):
+        if _ends_in_exit(body[-1]):
             self.fn.exits.append(block)
 
     def visit_If(self, node: ast.If) -> None:
@@ -659,6 +659,18 @@ class _FactsVisitor(ast.NodeVisitor):
             if target is not None:
                 self.facts.attr_functions.append(AttrFunction(attr, target, line))
                 self._keep_line(line)
+
+
+def _ends_in_exit(stmt: ast.AST) -> bool:
+    """A statement after which the block never goes on: a return, raise, continue or break, also as the end of a
+    `with` body or of both arms of an if/else."""
+    if isinstance(stmt, (ast.Return, ast.Raise, ast.Continue, ast.Break)):
+        return True
+    if isinstance(stmt, (ast.With, ast.AsyncWith)):
+        return bool(stmt.body) and _ends_in_exit(stmt.body[-1])
+    if isinstance(stmt, ast.If):
+        return bool(stmt.orelse) and _ends_in_exit(stmt.body[-1]) and _ends_in_exit(stmt.orelse[-1])
+    return False
 
 
 def _drop_unrecorded_stores(fn: FunctionFacts) -> None:

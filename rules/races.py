@@ -236,6 +236,11 @@ def unordered(program: "Program", first: Context, second: Context) -> bool:
                                            second.stream, first.stream):
             return False
         return not (second.chain and _ordered_on_chain(program, second, first.stream))
+    later_lines = [second.access.line] if second.function is first.function else []
+    later_lines += [edge.call.line for edge in second.chain if edge.caller == first.function.id]
+    if any(exits_before(first.function, first.access.line, line) for line in later_lines):
+        return False  # the second is reached through a call of the first's function that a block holding the
+        # first returns before (`if hybrid: ...write...; return` then the other path's call)
     consumers = frozenset({second.function.id} | ({second.region_fn.id} if second.region_fn else set()))
     if ordered_after(program, first, first.stream, second.stream, consumers):
         return False

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Callable, Iterable
 from .extract import split_index
 from .facts import Access, Call
 from .orderings import ANY_STREAM, Ordering, orderings_of, site_stream
-from .streams import CURRENT_STREAM, PARAM, UNKNOWN, stream_id
+from .streams import CURRENT_STREAM, HOST, PARAM, UNKNOWN, stream_id
 
 if TYPE_CHECKING:
     from .callgraph import Edge, Function
@@ -84,13 +84,14 @@ def call_orderings(program: "Program", caller: "Function", call: Call, edges: It
 
 def _own_pairs(program: "Program", function: "Function") -> set[Pair]:
     return {(o.waiter, o.target) for o in orderings_of(program, function)
-            if o.kind != "host_sync" and not (o.target == ANY_STREAM and _guarded(function, o.line))}
+            if o.kind != "host_sync" and not ((o.target == ANY_STREAM or o.waiter == HOST) and _guarded(function, o.line))}
 
 
 def _guarded(function: "Function", line: int) -> bool:
-    """Under a condition in `function`. A caller counts on a device-wide synchronize only when the call always
-    does it: communication wrappers synchronize under `if profiling:`, and crediting that would hide every race
-    behind them. A targeted wait (`s.wait_stream(t)`) counts under a condition too: it is never incidental."""
+    """Under a condition in `function`. A caller counts on a synchronize of the host (device-wide, or of one
+    event) only when the call always does it: communication wrappers synchronize under `if profiling:`, FSDP's
+    rate limiter under `if free_event:`, and crediting that would hide every race behind them. A targeted wait of
+    one stream for another (`s.wait_stream(t)`) counts under a condition too: it is never incidental."""
     return any(first <= line <= last for first, last in function.facts.guarded)
 
 
