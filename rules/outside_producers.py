@@ -39,6 +39,9 @@ NOT_ONLY_TENSOR_METHODS = frozenset({
 })
 # Words in a name that say it holds no tensor (a process group, a rank, a size, a factor, a dtype).
 NOT_TENSOR_WORDS = ("group", "rank", "world", "stream", "dtype", "device", "factor", "size", "numel", "count")
+# Tensor methods whose arguments are tensors (the source of a copy), unlike `x.div_(self.factor)`.
+TENSOR_ARGUMENT_METHODS = frozenset({"copy_", "set_", "index_copy_", "masked_scatter_", "lerp_", "addcmul_",
+                                     "addcdiv_", "matmul", "mm", "bmm"})
 # Operators: `self.count + n` reads ints as often as tensors.
 ARITHMETIC = frozenset({"Add", "Sub", "Mult", "Div", "FloorDiv", "Mod", "Pow", "MatMult", "BitAnd", "BitOr",
                         "BitXor", "LShift", "RShift", "+", "-", "*", "/", "//", "%", "**", "@"})
@@ -111,7 +114,7 @@ def _tensor_position(reader: Function, read: Access) -> bool:
     method is as often a number (`x.div_(self.factor)`)."""
     op = read.op.split(" ", 1)[0]
     imports = reader.file.imports
-    if " in " in read.op:
+    if " in " in read.op or op in TENSOR_ARGUMENT_METHODS:
         return True
     if read.collective:  # a library's collective (`dist.all_reduce`), not a method of that name on an object
         return any(call.line == read.line and call.callee.rsplit(".", 1)[-1] == op and (
