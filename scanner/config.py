@@ -23,9 +23,11 @@ the scan command reports with exit 2, naming the key and the file.
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 from dataclasses import dataclass, field, replace
-from fnmatch import fnmatchcase
+from fnmatch import fnmatchcase, translate
 from pathlib import Path
 from typing import Any
 
@@ -95,14 +97,10 @@ class ScanConfig:
     def excludes_entry(self, name: str, rel_path: str) -> bool:
         """For a file or folder met while walking a given folder: only its own name counts for name globs, so
         scanning `.venv/lib/.../site-packages/pkg` on purpose works although `.venv` is excluded by default."""
-        for pattern in self.exclude + self.extend_exclude:
-            pattern = pattern.strip().rstrip("/")
-            if "/" in pattern.removeprefix("./"):
-                if path_matches(rel_path, pattern):
-                    return True
-            elif fnmatchcase(name, pattern):
-                return True
-        return False
+        name_globs, path_globs = _entry_globs(self.exclude + self.extend_exclude)
+        if name_globs is not None and name_globs.match(name):
+            return True
+        return any(path_matches(rel_path, pattern) for pattern in path_globs)
 
     def relative(self, path: Path) -> str:
         """`path` relative to root, '/'-separated; the absolute path if it lies outside root."""
@@ -121,6 +119,18 @@ class ScanConfig:
             sync_callables=self.sync_callables,
             generic_attributes=self.generic_attributes,
         )
+
+
+@functools.lru_cache(maxsize=16)
+def _entry_globs(patterns: tuple[str, ...]) -> tuple[re.Pattern | None, tuple[str, ...]]:
+    """The name globs as one regular expression (what fnmatchcase does for each, in one match: the walk asks
+    for every file and folder), and the globs with a "/", matched against the root-relative path."""
+    names, paths = [], []
+    for pattern in patterns:
+        pattern = pattern.strip().rstrip("/")
+        (paths if "/" in pattern.removeprefix("./") else names).append(pattern)
+    joined = "|".join(f"(?:{translate(pattern)})" for pattern in names)
+    return (re.compile(joined) if names else None), tuple(paths)
 
 
 def path_matches(rel_path: str, pattern: str) -> bool:
