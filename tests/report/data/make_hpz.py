@@ -15,9 +15,10 @@ lines, so that the reports read like the real one:
 The findings files are what `streamcheck.watch()` writes for these races: a header, each new finding once
 (race_finding with rank and pid), then the final counts when the watch stops.
 
-The committed files come from an earlier detector, which reported a FREE race at the free itself (today's detector reports it
-at the pool stream's next work, issue 15), plus `extra.streams` added by hand where the watch now writes it; running
-this script rewrites them with today's detector, and the tests of tests/report pin the committed ones.
+The committed files come from an earlier detector, which reported a FREE race at the free itself (today's
+detector reports it at the pool stream's next work, issue 15), plus `extra.streams` added by hand where the watch
+now writes it; running this script rewrites them with today's detector, and the tests of tests/report pin the
+committed ones.
 """
 
 from __future__ import annotations
