@@ -13,7 +13,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <list>
+#include <set>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -452,22 +454,31 @@ class Detector {
   };
   Sizes sizes() const {
     Sizes z{};
+    // accesses counted once however many cells keep them, as shadow_size.py counts the Python objects
+    std::set<std::tuple<int64_t, bool, int>> distinct;
+    auto count = [&distinct](const Cell& c) {
+      if (c.has_write) distinct.emplace(c.write.seq, true, c.write.actor);
+      for (const auto& r : c.reads) distinct.emplace(r.seq, false, r.actor);
+    };
     z.storages = shadows_.size();
     z.bytes = sizeof(*this);
     for (const auto& entry : shadows_) {
       z.segments += entry.second.cells.size();
-      for (const auto& c : entry.second.cells) z.accesses += c.has_write + c.reads.size();
+      for (const auto& c : entry.second.cells) count(c);
       z.bytes += entry.second.bytes() + 32;
     }
     for (const auto& entry : pending_frees_)
-      for (const auto& p : entry.second) {
+      for (const auto& p : entry.second) {  // a freed block keeps its history until its pool stream works again
         ++z.pending_frees;
+        z.segments += p.shadow.cells.size();
+        for (const auto& c : p.shadow.cells) count(c);
         z.bytes += p.shadow.bytes() + p.held.t.capacity() * sizeof(Time) + sizeof(PendingFree);
       }
     for (size_t a = 0; a < clocks_.size(); ++a) {
       if (has_clock_[a]) ++z.actors;
       z.bytes += clocks_[a].t.capacity() * sizeof(Time) + actor_names_[a].capacity();
     }
+    z.accesses = distinct.size();
     z.events = events_.size();
     for (const auto& e : events_) z.bytes += e.second.t.capacity() * sizeof(Time) + 32;
     z.works = works_.size();

@@ -18,6 +18,7 @@ import pytest
 from streamcheck.instrument import native
 from streamcheck.instrument.detector import Detector
 from streamcheck.instrument.native_detector import NativeDetector
+from streamcheck.instrument.shadow_size import shadow_state_size
 from streamcheck.instrument.trace import replay
 
 FUZZ = Path(__file__).resolve().parents[2] / "benchmarks" / "fuzz_oracle.py"
@@ -97,3 +98,51 @@ def test_a_free_race_names_the_freed_block_during_on_race_and_the_reuse():
     assert allocation_sites == [11]
     assert detector.allocations.get(7) is None  # freed: gone once the race was delivered
     assert detector.state_size()["pending_frees"] == 0
+
+
+def training_like_steps(d, steps: int, every: int) -> list:
+    """Each step allocates blocks at addresses the allocator reuses, writes them on the compute stream, reads them on
+    a side stream after an event, frees one of them at once (a pending free: the side stream read it), orders the
+    compute stream after the side stream, runs an async collective and waits its work, frees the rest and
+    synchronizes. Returns the state's size every `every` steps."""
+    compute, side, comm, host = "cuda:0/s0", "cuda:0/s9", "nccl:0/0", "T1"
+    marks = []
+    for step in range(steps):
+        blocks = [0x1000 * (1 + (step + k) % 7) for k in range(3)]
+        for block in blocks:
+            d.alloc(block, 4096, compute)
+            d.kernel(host, compute, writes=[(block, 0, 4096)], site=1, op="aten::fill_")
+        d.event_record(host, 10 + step % 3, compute)
+        d.event_wait(host, 10 + step % 3, side)
+        d.kernel(host, side, reads=[(b, 512 * (step % 4), 2048) for b in blocks], site=2, op="aten::sum")
+        d.free(host, blocks[1], site=4)
+        d.event_record(host, 20, side)
+        d.event_wait(host, 20, compute)
+        d.collective(host, compute, comm, reads=[(blocks[0], 0, 4096)], writes=[(blocks[0], 0, 4096)],
+                     async_op=True, work=step, site=3, op="c10d::allreduce_")
+        d.work_wait(host, compute, step, blocking=False)
+        d.forget_work(step)
+        d.event_destroy(10 + (step + 1) % 3)
+        for block in (blocks[0], blocks[2]):
+            d.free(host, block, site=4)
+        d.sync_device(host, 0)
+        if step % every == every - 1:
+            marks.append(shadow_state_size(d))
+    return marks
+
+
+def test_the_state_stays_flat_over_a_thousand_training_like_steps():
+    """A soak at the detector's level: the C++ state must not grow from one checkpoint to the next, and it holds
+    what the Python Detector holds after the same steps."""
+    d = NativeDetector()
+    marks = training_like_steps(d, 1000, 100)
+    assert d.races == []  # every access was ordered
+    first = marks[0]
+    for mark in marks[1:]:
+        assert {k: v for k, v in mark.items() if k != "bytes"} == {k: v for k, v in first.items() if k != "bytes"}
+        assert mark["bytes"] <= first["bytes"] * 1.05
+    reference = Detector()
+    (python_mark,) = training_like_steps(reference, 100, 100)
+    assert reference.races == []
+    for key in ("storages", "segments", "accesses", "events", "works", "allocations", "pending_frees"):
+        assert (key, first[key]) == (key, python_mark[key])
