@@ -28,7 +28,6 @@ EXPECTED_0_13_4 = [
     ("SC101", PARTITION, 1649),
     ("SC101", STAGE3, 1384),
     ("SC104", STAGE3, 1387),
-    ("SC101", STAGE3, 1616),  # outside producer: see test_deepspeed_sc101.py
 ]
 
 

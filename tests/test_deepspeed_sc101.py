@@ -34,10 +34,6 @@ EXPECTED_0_13_4 = [
     # The gradient autograd wrote on the current stream, read on copy_grad_stream with no wait (the method the
     # SC104 finding of test_deepspeed_all_rules.py also points into).
     ("deepspeed/runtime/zero/stage3.py", 1384, "param.grad"),
-    # The gradients of a small bucket (made by the backward on the current stream, outside this function) read by
-    # allreduce_bucket's flatten on reduction_stream, which never waits for the current stream: ZeRO-1/2's copy
-    # of this method synchronizes the device first under overlap_comm; stage 3's does not (a hazard).
-    ("deepspeed/runtime/zero/stage3.py", 1616, "small_bucket"),
 ]
 
 
@@ -88,5 +84,4 @@ def test_no_secondary_tensor_finding_in_0_13_5(findings_0_13_5):
         (PARTITION, "param.ds_tensor"),
         (PARTITION, "param.ds_tensor"),
         ("deepspeed/runtime/zero/stage3.py", "param.grad"),
-        ("deepspeed/runtime/zero/stage3.py", "small_bucket"),  # unchanged in 0.13.5 (see EXPECTED_0_13_4)
     ]
