@@ -1,5 +1,5 @@
 """Output formats shared by the scanner and the runtime detector: text, concise, json, sarif, github, gitlab, junit,
-pylint.
+pylint, azure.
 
 Every formatter takes the same inputs, a list of Findings and a ReportContext, and writes to a text stream. Nothing
 here knows whether a finding came from a static rule (SC1xx) or the runtime detector (SC2xx with a race kind and
@@ -17,7 +17,7 @@ from streamcheck.catalogue import RuleInfo, lookup
 from streamcheck.findings import Finding
 
 FORMATS = {"text": "text", "concise": "concise", "json": "json_format", "sarif": "sarif", "github": "github",
-           "gitlab": "gitlab", "junit": "junit", "pylint": "pylint_format"}
+           "gitlab": "gitlab", "junit": "junit", "pylint": "pylint_format", "azure": "azure"}
 
 
 @dataclass

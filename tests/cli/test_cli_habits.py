@@ -210,7 +210,7 @@ def test_runtime_commands_offer_the_same_formats(capsys, monkeypatch):
         "examples/hpz_race/racy.py:35: [SC201] (RAW) read-after-write race on storage 0x7f020f000000: aten::cat on "
         "side stream first used at racy.py:52 in __init__ on cuda:0 reads it at racy.py:35, not ordered after "
         "aten::copy_ on compute stream cuda:0 (write at racy.py:45)"]
-    assert list(FORMATS) == ["text", "concise", "json", "sarif", "github", "gitlab", "junit", "pylint"]
+    assert list(FORMATS) == ["text", "concise", "json", "sarif", "github", "gitlab", "junit", "pylint", "azure"]
     for command in ("scan", "report", "run"):
         assert main([command, "--help"]) == 0
-        assert "{text,concise,json,sarif,github,gitlab,junit,pylint}" in capsys.readouterr().out
+        assert "{text,concise,json,sarif,github,gitlab,junit,pylint,azure}" in capsys.readouterr().out
