@@ -127,13 +127,15 @@ class NativeHooks:
         native.set_site_table(sites._classify, sites.intern_chain, sites.depth)
         native.learn_allocators(torch.empty(1))  # no pinned probe: it would create a CUDA context here
         if self.fast_path:
+            # allocations and frees no longer come to cuda_trace.py, unless gpu_trace.h could not take them
+            memory_in_cpp = native.take_memory_reports(True)
+            if memory_in_cpp:
+                rec.fresh_block_source = native.take_fresh_block
             native.attach_fast_path(rec.sink.core, rec.deliver_races, self._named(lambda: rec.thread_actor()),
                                     self._named(lambda device, handle: rec.stream_actor(device, handle)),
-                                    lambda: rec.sites.capture(2))
+                                    lambda: rec.sites.capture(2), None if memory_in_cpp else rec.fresh_blocks)
             rec.on_backward_change = native.set_backward
             rec.on_capture_change = native.set_capturing_graph
-            if native.take_memory_reports(True):  # allocations and frees no longer come to cuda_trace.py
-                rec.fresh_block_source = native.take_fresh_block
         rec.hold_callback = native.hold_callback
         rec.on_active_change = native.set_active
         native.watch_this_thread(True)
@@ -151,7 +153,7 @@ class NativeHooks:
         rec.on_capture_change = None
         rec.fresh_block_source = None
         native.take_memory_reports(False)
-        native.attach_fast_path(None, None, None, None, None)
+        native.attach_fast_path(None, None, None, None, None, None)
         native.install(_ignore, _ignore, _ignore, _ignore)  # drop our references; the hook stays registered
         native.set_site_table(None, None, 8)
 

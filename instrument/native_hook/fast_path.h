@@ -28,6 +28,9 @@ struct FastPath {
   PyObject* thread_actor = nullptr;  // () -> str: Recorder.thread_actor, for the calling thread ("": it failed)
   PyObject* stream_actor = nullptr;  // (device, handle) -> str: Recorder.stream_actor ("": it failed)
   PyObject* capture_site = nullptr;  // () -> site: sites.SiteTable.capture, where only Python can blame (sites.h: -2)
+  // Recorder.fresh_blocks ({block: True}) where the allocator's reports still go to Python (gpu_trace.h could not
+  // take them); nullptr: they come to FreshBlocks below
+  PyObject* fresh_in_python = nullptr;
   std::atomic<uint64_t> generation{1};  // bumped when thread names are forgotten (after backward())
   int64_t backward_site = -1;
   bool in_backward = false;
@@ -121,7 +124,14 @@ inline bool decide_in_cpp(const Plan& plan, const OpAccesses& acc, int64_t strea
   for (const Range& r : acc.fresh) {
     bool on_device = r.device >= 0;
     // pinned host outputs are always new blocks; device ones when the allocator just gave the block out
-    bool allocated = !on_device || fresh_blocks().take(static_cast<uint64_t>(r.base));
+    bool allocated = !on_device;
+    if (on_device && f.fresh_in_python != nullptr) {
+      py::int_ key(static_cast<uint64_t>(r.base));
+      allocated = PyDict_GetItem(f.fresh_in_python, key.ptr()) != nullptr;  // borrowed; no error raised
+      if (allocated) PyDict_DelItem(f.fresh_in_python, key.ptr());
+    } else if (on_device) {
+      allocated = fresh_blocks().take(static_cast<uint64_t>(r.base));
+    }
     if (allocated) d->alloc(static_cast<uint64_t>(r.base), r.storage_bytes, on_device ? actor : thread, site);
     writes.push_back({static_cast<uint64_t>(r.base), r.start, r.end});
   }
@@ -133,10 +143,11 @@ inline bool decide_in_cpp(const Plan& plan, const OpAccesses& acc, int64_t strea
 }
 
 inline void attach_fast_path(py::object core, py::object deliver, py::object thread_actor, py::object stream_actor,
-                             py::object capture_site) {
+                             py::object capture_site, py::object fresh_in_python) {
   FastPath& f = fast_path();
   f.detector = nullptr;
-  for (PyObject** slot : {&f.owner, &f.deliver, &f.thread_actor, &f.stream_actor, &f.capture_site}) {
+  for (PyObject** slot : {&f.owner, &f.deliver, &f.thread_actor, &f.stream_actor, &f.capture_site,
+                          &f.fresh_in_python}) {
     Py_XDECREF(*slot);
     *slot = nullptr;
   }
@@ -152,6 +163,7 @@ inline void attach_fast_path(py::object core, py::object deliver, py::object thr
   f.thread_actor = thread_actor.release().ptr();
   f.stream_actor = stream_actor.release().ptr();
   f.capture_site = capture_site.release().ptr();
+  f.fresh_in_python = fresh_in_python.is_none() ? nullptr : fresh_in_python.release().ptr();
 }
 
 }  // namespace streamcheck_native

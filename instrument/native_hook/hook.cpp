@@ -318,7 +318,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     return py::make_tuple(kinds[static_cast<int>(plan.kind)], reads, writes, fresh, views);
   }, "Tests: the plan of an operator, (kind, read args, written args, fresh returns, (return, aliased arg))");
   m.def("attach_fast_path", &attach_fast_path,
-        "Decide ops in the C++ detector: (Core or None, deliver, thread_actor, stream_actor, fresh_blocks)");
+        "Decide ops in the C++ detector: (Core or None, deliver, thread_actor, stream_actor, capture_site, "
+        "the Recorder's fresh_blocks where the allocator's reports go to Python, else None)");
   m.def("set_backward", [](py::object site) {
     FastPath& f = fast_path();
     f.in_backward = !site.is_none();

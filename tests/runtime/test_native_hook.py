@@ -457,3 +457,4 @@ def test_a_closed_step_window_takes_the_hook_off_the_thread_and_opening_it_puts_
         optimizer.step()
         assert not watch.recorder.active and not module.this_thread_watched()
     assert not module.this_thread_watched()
+
