@@ -63,6 +63,14 @@ def _ever_waited_for(program: Program, stream: str) -> bool:
 
 def _finding(program: Program, rule_id: str, writer: Function, write: Access, ctx: Context) -> Finding:
     waited, where = as_code(ctx.stream), writer.facts.qualname
+    extra = {"path": write.path, "writer_stream": display(ctx.stream), "reader_stream": "", "consumer": "outside",
+             "producer": "device op"}
+    region = writer.facts.regions[write.region]
+    after = region.end_line + 1
+    if after <= writer.facts.end_line and waited.replace(".", "_").isidentifier():  # for --fix: right after the with
+        extra["fix_edit"] = {"path": writer.file.path, "line": after, "column": max(region.column - 5, 1),
+                             "insert": f"torch.cuda.current_stream().wait_stream({waited})", "safe": True,
+                             "description": f"insert `{{statement}}` after the `with` at line {region.line}"}
     return Finding(
         rule=rule_id,
         message=(f"`{write.path}` is written by `{write.op}` on {stream_words(ctx.stream)} and handed out of "
@@ -74,6 +82,5 @@ def _finding(program: Program, rule_id: str, writer: Function, write: Access, ct
              f"event on `{waited}` after the write and wait on it where the result is read)."),
         kind="RAW",
         symbol=where,
-        extra={"path": write.path, "writer_stream": display(ctx.stream), "reader_stream": "",
-               "consumer": "outside", "producer": "device op"},
+        extra=extra,
     )

@@ -34,6 +34,11 @@ EXPECTED = {
     "views_offset": ("        s2.wait_stream(s1)", "buf[N - 1 : 2 * N].fill_(2.0)", True),
     "overwrite_while_read": ("    torch.cuda.current_stream().wait_stream(side)", "staging.fill_(2.0)", True),
     "wrong_wait": ("    side.wait_stream(torch.cuda.current_stream())", "with torch.cuda.stream(side):", True),
+    # An input made outside the function: the side stream waits for the current one, before the `with`.
+    "input_not_waited": ("        self.side.wait_stream(torch.cuda.current_stream())",
+                         "with torch.cuda.stream(self.side):", True),
+    # A result handed out: the current stream waits for the side stream, right after the `with`.
+    "result_not_waited": ("        torch.cuda.current_stream().wait_stream(self.stream)", "return self.staged", True),
 }
 # Fixed twins the static rules still report (an engine false positive, the lead's to fix): only racy.py is fixed.
 FIXED_TWIN_REPORTED: set[str] = set()

@@ -37,6 +37,8 @@ ONE_GPU = {
     "hpz_race": ("SC201", "RAW"),
     "overwrite_while_read": ("SC201", "WAR"),
     "wrong_wait": ("SC201", "RAW"),
+    "input_not_waited": ("SC201", "RAW"),
+    "result_not_waited": ("SC201", "RAW"),
     "compiled_write": ("SC201", "RAW"),
     "graph_replay": ("SC201", "RAW"),
     "free_then_reuse": ("SC202", "FREE"),

@@ -20,6 +20,10 @@ PAIRS = {
     "overwrite_while_read": ("SC106", "WAR", "race", "earlier"),
     "user_threads": ("SC106", "WAW", "race", "earlier"),
     "views_offset": ("SC106", "WAW", "race", "earlier"),
+    # An input made outside the function (the caller's `earlier` line is not in the finding: outside_producers.py)
+    "input_not_waited": ("SC101", "RAW", "race", "switch"),
+    # A result read outside the function (the caller's `race` line is not in the finding: outside_consumers.py)
+    "result_not_waited": ("SC101", "RAW", "earlier", "switch"),
 }
 
 
