@@ -12,7 +12,8 @@ import torch
 class Prefetcher:
     def __init__(self, numel: int) -> None:
         self.stream = torch.cuda.Stream()
-        self.staged = torch.zeros(numel, device="cuda")
+        with torch.cuda.stream(self.stream):  # allocated on the prefetch stream, which alone writes it
+            self.staged = torch.empty(numel, device="cuda")
 
     def load(self, host_batch: torch.Tensor) -> torch.Tensor:
         with torch.cuda.stream(self.stream):  # streamcheck: switch
