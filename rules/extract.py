@@ -566,9 +566,12 @@ class _FactsVisitor(ast.NodeVisitor):
         self._note_self_assigns(node.targets)
         target = node.targets[0] if len(node.targets) == 1 else None
         if self.detailed and isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) \
-                and target.value.id == "self" and names_current(ast.unparse(node.value)):
-            # `self.main_stream = torch.cuda.current_stream()`: the stream current when the object was made
-            self.fn.stream_aliases.setdefault(f"self.{target.attr}", []).append(ast.unparse(node.value))
+                and target.value.id == "self":
+            # `self.main_stream = torch.cuda.current_stream()`: the stream current when the object was made.
+            # Every arm of a conditional counts (`Stream() if overlap else default_stream()` is no such attribute).
+            arms = [ast.unparse(arm) for arm in _arms(node.value)]
+            if any(names_current(arm) and arm != "None" for arm in arms):
+                self.fn.stream_aliases.setdefault(f"self.{target.attr}", []).extend(arms)
         if self.detailed and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             values = [node.value.body, node.value.orelse] if isinstance(node.value, ast.IfExp) else [node.value]
             for value in values:
@@ -659,6 +662,13 @@ class _FactsVisitor(ast.NodeVisitor):
             if target is not None:
                 self.facts.attr_functions.append(AttrFunction(attr, target, line))
                 self._keep_line(line)
+
+
+def _arms(value: ast.AST) -> list[ast.AST]:
+    """The values a (possibly nested) conditional expression can take."""
+    if isinstance(value, ast.IfExp):
+        return _arms(value.body) + _arms(value.orelse)
+    return [value]
 
 
 def _ends_in_exit(stmt: ast.AST) -> bool:

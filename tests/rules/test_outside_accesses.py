@@ -61,3 +61,27 @@ def test_host_buffers_uploads_and_numbers_are_not_inputs_made_on_a_stream():
             return dev, out
     """
     assert _found(source) == []
+
+
+def test_an_attribute_holding_the_current_stream_orders_like_it_and_a_conditional_one_does_not():
+    source = """
+        import torch
+
+        class Sampler:
+            def __init__(self, overlap):
+                self.main_stream = torch.cuda.current_stream()
+                self.side = torch.cuda.Stream() if overlap else torch.cuda.default_stream()
+
+            def broadcast(self, tokens):
+                self.side.wait_stream(self.main_stream)
+                with torch.cuda.stream(self.side):
+                    return torch.cat([tokens])
+
+            def gather(self, tokens):
+                with torch.cuda.stream(self.side):
+                    return torch.cat([tokens])
+    """
+    # `self.main_stream` is the current stream: the wait orders `broadcast`'s read; `self.side` is a side stream
+    # (one arm of its conditional is), so `gather`'s read, with no wait, is reported.
+    gather = line_of(source, "def gather") + 2
+    assert [(line, path) for _, _, line, path, _, _ in _found(source)] == [(gather, "tokens")]
