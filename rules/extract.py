@@ -27,7 +27,7 @@ from .facts import (
     module_name,
 )
 from .options import StaticOptions, matches_name
-from .streams import names_current
+from .streams import PROPERTY_VALUE
 from .torch_api import (
     INIT_FUNCTIONS,
     TENSOR_INPLACE_METHODS,
@@ -299,6 +299,9 @@ class _FactsVisitor(ast.NodeVisitor):
         if args.kwarg:
             fn.params.append(args.kwarg.arg)
         self.facts.functions.append(fn)
+        returned = _property_value(node)
+        if returned is not None and "stream" in returned.lower():  # `@property def s0(self): return current_stream()`
+            fn.stream_aliases[PROPERTY_VALUE] = [returned]
         self.defined.add(fn.qualname)
         self.frames[-1][1].add(node.name)
         self.frames.append((fn.qualname, set(fn.params)))
@@ -564,14 +567,6 @@ class _FactsVisitor(ast.NodeVisitor):
     # --- functions held by attributes --------------------------------------------------------------------------
     def visit_Assign(self, node: ast.Assign) -> None:
         self._note_self_assigns(node.targets)
-        target = node.targets[0] if len(node.targets) == 1 else None
-        if self.detailed and isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) \
-                and target.value.id == "self":
-            # `self.main_stream = torch.cuda.current_stream()`: the stream current when the object was made.
-            # Every arm of a conditional counts (`Stream() if overlap else default_stream()` is no such attribute).
-            arms = [ast.unparse(arm) for arm in _arms(node.value)]
-            if any(names_current(arm) and arm != "None" for arm in arms):
-                self.fn.stream_aliases.setdefault(f"self.{target.attr}", []).extend(arms)
         if self.detailed and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             values = [node.value.body, node.value.orelse] if isinstance(node.value, ast.IfExp) else [node.value]
             for value in values:
@@ -664,11 +659,14 @@ class _FactsVisitor(ast.NodeVisitor):
                 self._keep_line(line)
 
 
-def _arms(value: ast.AST) -> list[ast.AST]:
-    """The values a (possibly nested) conditional expression can take."""
-    if isinstance(value, ast.IfExp):
-        return _arms(value.body) + _arms(value.orelse)
-    return [value]
+def _property_value(node: ast.FunctionDef | ast.AsyncFunctionDef) -> str | None:
+    """The text a `@property` returns when its body is one `return <expr>` (after a docstring), else None."""
+    if not any(isinstance(d, ast.Name) and d.id == "property" for d in node.decorator_list):
+        return None
+    body = [s for s in node.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+    if len(body) == 1 and isinstance(body[0], ast.Return) and body[0].value is not None:
+        return ast.unparse(body[0].value)
+    return None
 
 
 def _ends_in_exit(stmt: ast.AST) -> bool:

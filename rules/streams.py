@@ -26,6 +26,7 @@ CURRENT_STREAM = ""
 HOST = "<host>"
 UNKNOWN = "?"
 PARAM = "param:"  # a stream handed in as a parameter: which one is the caller's business
+PROPERTY_VALUE = "<property>"  # the stream_aliases key of what a one-line `@property` returns (extract.py)
 
 _NAMES_CURRENT = re.compile(r"(^|\.)(current_stream|default_stream)\(.*\)$")
 _NAMES_DEFAULT = re.compile(r"(^|\.)default_stream\(.*\)$")
@@ -62,40 +63,18 @@ def stream_id(program: "Program", function: "Function", stream: "Region | str") 
         return f"{PARAM}{text}"  # bound to the caller's argument by summaries.py
     if text.startswith(("self.", "cls.")):
         attr = text.split(".")[1]
-        if text.count(".") == 1 and _holds_the_current_stream(program, function, text):
-            return CURRENT_STREAM
+        if text.count(".") == 1 and _property_names_current(program, function, attr):
+            return CURRENT_STREAM  # evaluated where it is used: TRL's `s0` property returning current_stream()
         return f"{text}@{program.attr_owner(function.file.path, function.owner, attr)}"
     return text
 
 
-def _holds_the_current_stream(program: "Program", function: "Function", text: str) -> bool:
-    """Every method of the class that assigns `self.<attr>` assigns it `current_stream()` / `default_stream()`
-    (vLLM's `self.main_stream = torch.cuda.current_stream(device)` in `__init__`), and some method does."""
-    def build() -> dict:
-        found: dict = {}
-        for other in program.functions.values():
-            for name, texts in other.facts.stream_aliases.items():
-                if name.startswith("self."):
-                    found.setdefault((other.file.path, other.owner, name), set()).update(texts)
-        return found
-    index = program.memo("streams.self_current", build)
-    texts = index.get((function.file.path, function.owner, text))
-    return bool(texts) and all(names_current(t) for t in texts) and text not in _reassigned(program, function)
-
-
-def _reassigned(program: "Program", function: "Function") -> frozenset[str]:
-    """`self.` attributes the class assigns something other than the current stream (kept out of stream_aliases
-    by extract.py, so read from self_assigns: an attribute assigned in a method that records no alias for it)."""
-    def build() -> dict:
-        found: dict = {}
-        for other in program.functions.values():
-            for attr in other.facts.self_assigns:
-                name = f"self.{attr}"
-                if name not in other.facts.stream_aliases:
-                    found.setdefault((other.file.path, other.owner), set()).add(name)
-        return found
-    index = program.memo("streams.self_reassigned", build)
-    return frozenset(index.get((function.file.path, function.owner), ()))
+def _property_names_current(program: "Program", function: "Function", attr: str) -> bool:
+    if not function.owner:
+        return False
+    prop = program.functions.get(f"{function.file.path}::{function.owner}.{attr}")
+    values = prop.facts.stream_aliases.get(PROPERTY_VALUE, ()) if prop is not None else ()
+    return bool(values) and all(names_current(v) for v in values)
 
 
 def stream_words(stream: str) -> str:

@@ -63,25 +63,37 @@ def test_host_buffers_uploads_and_numbers_are_not_inputs_made_on_a_stream():
     assert _found(source) == []
 
 
-def test_an_attribute_holding_the_current_stream_orders_like_it_and_a_conditional_one_does_not():
+
+def test_a_stream_captured_at_construction_is_not_the_stream_a_later_call_runs_on():
+    # TRL <= 1.13.0 (fixed in 1.14.0, PR #7195): `self.s0` is the default stream, taken once; under FSDP2's or a
+    # recompute's `with stream(compute)` the activation was made on `compute`, which nobody waits for.
     source = """
         import torch
 
-        class Sampler:
-            def __init__(self, overlap):
-                self.main_stream = torch.cuda.current_stream()
-                self.side = torch.cuda.Stream() if overlap else torch.cuda.default_stream()
+        class OffloadActivations:
+            def __init__(self):
+                self.s0 = torch.cuda.default_stream()
+                self.s1 = torch.cuda.Stream()
 
-            def broadcast(self, tokens):
-                self.side.wait_stream(self.main_stream)
-                with torch.cuda.stream(self.side):
-                    return torch.cat([tokens])
+            def pack_tensor(self, activation):
+                self.s1.wait_stream(self.s0)
+                with torch.cuda.stream(self.s1):
+                    cpu_tensor = torch.empty_like(activation, pin_memory=True, device="cpu")
+                    cpu_tensor.copy_(activation, non_blocking=True)
+                return cpu_tensor
 
-            def gather(self, tokens):
-                with torch.cuda.stream(self.side):
-                    return torch.cat([tokens])
+            def forward_and_pack(self, x, w, compute):
+                with torch.cuda.stream(compute):
+                    x.mul_(w)
+                    return self.pack_tensor(x)
     """
-    # `self.main_stream` is the current stream: the wait orders `broadcast`'s read; `self.side` is a side stream
-    # (one arm of its conditional is), so `gather`'s read, with no wait, is reported.
-    gather = line_of(source, "def gather") + 2
-    assert [(line, path) for _, _, line, path, _, _ in _found(source)] == [(gather, "tokens")]
+    # Reported at the side stream's read of its input (the caller's write reaches it through the parameter).
+    assert [(rule, kind, line, path) for rule, kind, line, path, _, _ in _found(source)] == [
+        ("SC101", "RAW", line_of(source, "cpu_tensor.copy_"), "activation")]
+    fixed = source.replace("self.s1.wait_stream(self.s0)", "self.s1.wait_stream(torch.cuda.current_stream())")
+    assert _found(fixed) == []
+    # TRL 1.14.0's own fix: `s0` becomes a property that asks for the current stream where it is used.
+    as_property = source.replace("self.s0 = torch.cuda.default_stream()\n", "").replace(
+        "    def pack_tensor", "    @property\n            def s0(self):\n                return torch.cuda.current_stream()\n\n"
+        "            def pack_tensor")
+    assert "def s0" in as_property and _found(as_property) == []
