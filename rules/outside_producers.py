@@ -78,7 +78,7 @@ def reads_of_outside_producers(program: Program, rule_id: str) -> Iterable[Findi
             break
     for reads in by_region.values():
         yield _finding(program, rule_id, sorted(reads, key=lambda r: (len(r.context.chain), r.reader.file.path,
-                                                                      r.read.line, r.read.column)))
+                                                                      r.read.line, r.read.column, r.read.op)))
 
 
 def _producer(program: Program, reader: Function, read: Access) -> str | None:

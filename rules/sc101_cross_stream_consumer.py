@@ -280,7 +280,8 @@ def _finding(program: Program, writer: Function, write: Access,
     # The pair of streams with a side-stream consumer first (the hpZ shape), then the most reads.
     (writer_stream, reader_stream), pairs = min(
         races.items(), key=lambda item: (item[0][1] == CURRENT_STREAM, -len(item[1]), item[0]))
-    pairs = sorted(pairs, key=lambda p: (len(p[1].chain), p[1].function.file.path, p[1].access.line))
+    pairs = sorted(pairs, key=lambda p: (len(p[1].chain), p[1].function.file.path, p[1].access.line,
+                                         p[1].access.column, p[1].access.op))  # total: the same report each run
     write_ctx, first = pairs[0]
     consumer = "a collective" if first.access.collective else f"`{first.access.op}`"
     message = (

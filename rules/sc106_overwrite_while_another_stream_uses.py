@@ -174,7 +174,7 @@ def _first(first: Context, second: Context) -> bool:
 
 
 def _finding(program: Program, writer: Function, write: Access, found: list[tuple[Context, Context, str]]) -> Finding:
-    found.sort(key=lambda f: (f[2] != "WAR", len(f[0].chain), f[0].function.file.path, f[0].position))
+    found.sort(key=lambda f: (f[2] != "WAR", len(f[0].chain), f[0].function.file.path, f[0].position, f[0].access.op))
     earlier, write_ctx, kind = found[0]
     verb = "read" if kind == "WAR" else "written"
     op = earlier.access.op
