@@ -236,6 +236,9 @@ def unordered(program: "Program", first: Context, second: Context) -> bool:
                                            second.stream, first.stream):
             return False
         return not (second.chain and _ordered_on_chain(program, second, first.stream))
+    if not second.chain and _only_called_before(program, second.function, first):
+        return False  # the second's function runs only from the first's, before it (Megatron's check_grads
+        # before the all-reduce): program order is known, and it is the other one
     later_lines = [second.access.line] if second.function is first.function else []
     later_lines += [edge.call.line for edge in second.chain if edge.caller == first.function.id]
     if any(exits_before(first.function, first.access.line, line) for line in later_lines):
@@ -245,6 +248,15 @@ def unordered(program: "Program", first: Context, second: Context) -> bool:
     if ordered_after(program, first, first.stream, second.stream, consumers):
         return False
     return not ordered_before(program, second, first.stream)
+
+
+def _only_called_before(program: "Program", function: Function, first: Context) -> bool:
+    """Every call of `function` in the program is made by `first`'s function, before `first`'s access, and calls
+    it there (a function handed over as a value, `w.register_hook(fn)`, runs later)."""
+    sites = program.call_sites.get(function.id, ())
+    return bool(sites) and all(
+        caller is first.function and (call.line, call.column) < first.position
+        and call.callee.rsplit(".", 1)[-1] == function.facts.name for caller, call in sites)
 
 
 def _both_ways(program: "Program", first: Context, second: Context) -> bool:

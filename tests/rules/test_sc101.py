@@ -352,3 +352,27 @@ def test_closure_read_in_a_backward_hook_before_the_host_sync():
     synced_first = source.replace("            loss.backward()\n            torch.cuda.synchronize()\n",
                                   "            torch.cuda.synchronize()\n            loss.backward()\n")
     assert findings_of({"m.py": synced_first}) == []
+
+
+def test_a_helper_called_only_before_the_write_reads_before_it():
+    # Megatron's start_grad_sync: check_grads reads the bucket, then the bucket is all-reduced on the
+    # communication stream. Called from elsewhere too, the helper's read may follow the write.
+    source = """
+        import torch
+        import torch.distributed as dist
+
+        class Bucket:
+            def check(self):
+                return self.grad_data.norm()
+
+            def start(self, side):
+                self.check()
+                side.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(side):
+                    dist.all_reduce(self.grad_data)
+            {after}
+    """
+    assert findings_of({"m.py": source.replace("{after}", "")}) == []
+    later = source.replace("{after}", "\n            def after(self):\n                return self.check()\n")
+    assert [(f.rule, f.primary.line) for f in findings_of({"m.py": later})] == [
+        ("SC101", line_of(later, "dist.all_reduce"))]
