@@ -58,3 +58,10 @@ def launched_async(function, access) -> bool:
     with the handle: SC105's business in the launching function, the handle's wait elsewhere)."""
     return any(work.line <= access.line <= work.end_line and access.path in work.tensors
                for work in function.facts.async_works)
+
+
+def reads_in_place(function, write) -> bool:
+    """Whether `write` also reads what it overwrites, at the same place: an in-place collective's tensor
+    (`dist.all_reduce(t)`), which extract.py records as a read and a write."""
+    return any(a.kind == "read" and a.path == write.path and (a.line, a.column) == (write.line, write.column)
+               for a in function.facts.accesses)

@@ -579,31 +579,34 @@ class _FactsVisitor(ast.NodeVisitor):
                     self.pending_attr_functions.append(
                         (target.attr, dotted(node.value), self._scope_name(), node.lineno))
         self.generic_visit(node)
-        if self.detailed and len(node.targets) == 1 and (
-                self._produces_tensor(node.value) or self._made_in_region(node.targets[0], node.value)):
+        if not self.detailed or len(node.targets) != 1:
+            return
+        target, end = node.targets[0], (node.end_lineno or node.lineno, (node.end_col_offset or 0) + 1)
+        if self._produces_tensor(node.value):
             # `y = x.to(dev, non_blocking=True)`, `y = torch.cat(...)`: a new tensor written by a kernel on the
             # stream current here (a hidden producer); taken as written where the statement ends.
-            target = node.targets[0]
-            end = (node.end_lineno or node.lineno, (node.end_col_offset or 0) + 1)
-            op = node.value.func.attr if isinstance(node.value.func, ast.Attribute) else dotted(node.value.func)
-            if not self._produces_tensor(node.value):
-                op = ALIAS  # made by an unknown call on the region's stream: where it comes from, not a kernel
+            func = node.value.func
+            op = func.attr if isinstance(func, ast.Attribute) else dotted(func)
             self._access("write", target, *end, op.rsplit(".", 1)[-1], at=end, fresh=True)
-        elif self.detailed and len(node.targets) == 1 and self.region != NO_REGION and access_path(node.value) \
-                and isinstance(node.targets[0], ast.Attribute):
-            # `self.cached = out` inside `with stream(s):` keeps a tensor of s's work for later: a binding (op
-            # ALIAS) that tells where the attribute's tensor comes from, not a write any race is paired with.
-            end = (node.end_lineno or node.lineno, (node.end_col_offset or 0) + 1)
-            self._access("write", node.targets[0], *end, ALIAS, at=end, fresh=True)
+        elif self._bound_in_region(target, node.value):
+            # `self.cached = gather(x)` / `self.cached = out` inside `with stream(s):` keeps a tensor of s's work
+            # for later: a binding (op ALIAS) that tells where the attribute's tensor comes from, not a kernel's
+            # write any race is paired with.
+            self._access("write", target, *end, ALIAS, at=end, fresh=True)
 
-    def _made_in_region(self, target: ast.AST, value: ast.AST) -> bool:
-        """`self.cached = gather(x)` inside `with stream(s):`: what the call returns is taken as made there, on s
-        (an out-of-place result; a hidden producer), unless the call only names a stream, an event or metadata."""
-        if self.region == NO_REGION or not isinstance(value, ast.Call) or not isinstance(target, ast.Attribute):
-            return False  # a local from an unknown call in a region is as often a handle or a view as new memory
+    def _bound_in_region(self, target: ast.AST, value: ast.AST) -> bool:
+        """An attribute bound inside a stream region to a path, or to what a call returns, unless the call only
+        names a stream, an event or metadata. (A local bound from an unknown call in a region is as often a handle
+        or a view as new memory: not taken.)"""
+        if self.region == NO_REGION or not isinstance(target, ast.Attribute):
+            return False
+        if access_path(value):
+            return True
+        if not isinstance(value, ast.Call):
+            return False
         last = dotted(value.func).rsplit(".", 1)[-1]
         return last not in NOT_PRODUCERS and last not in HOST_ONLY_FUNCTIONS and last not in (
-            "current_stream", "default_stream", "record_event", "get_accelerator", "len", "id", "isinstance")
+            "current_stream", "default_stream", "record_event", "get_accelerator")
 
     def _produces_tensor(self, value: ast.AST) -> bool:
         if not isinstance(value, ast.Call) or not isinstance(value.func, (ast.Attribute, ast.Name)):

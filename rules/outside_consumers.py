@@ -23,7 +23,7 @@ from .orderings import orderings_of, waits_for
 from .program import Function, Program
 from .races import Context, contexts, matching, ordered_after
 from .rule import location, way_of
-from .streams import CURRENT_STREAM, UNKNOWN, as_code, display, stream_words
+from .streams import CURRENT_STREAM, UNKNOWN, as_code, display, stream_words, writable
 
 
 def writes_for_outside_consumers(program: Program, rule_id: str) -> Iterable[Finding]:
@@ -67,7 +67,7 @@ def _finding(program: Program, rule_id: str, writer: Function, write: Access, ct
              "producer": "device op"}
     region = writer.facts.regions[write.region]
     after = region.end_line + 1
-    if after <= writer.facts.end_line and waited.replace(".", "_").isidentifier():  # for --fix: right after the with
+    if after <= writer.facts.end_line and writable(waited):  # for --fix: right after the `with`
         extra["fix_edit"] = {"path": writer.file.path, "line": after, "column": max(region.column - 5, 1),
                              "insert": f"torch.cuda.current_stream().wait_stream({waited})", "safe": True,
                              "description": f"insert `{{statement}}` after the `with` at line {region.line}"}

@@ -14,7 +14,7 @@ from .outside_producers import reads_of_outside_producers
 from .program import Function, Program
 from .races import Context, contexts, matching, unordered
 from .rule import Rule, location, way_of
-from .streams import CURRENT_STREAM, UNKNOWN, as_code, display, stream_words
+from .streams import CURRENT_STREAM, as_code, display, stream_words
 
 MAX_READS_SHOWN = 3
 

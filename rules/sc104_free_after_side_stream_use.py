@@ -13,8 +13,8 @@ from .rule import Rule, location
 from .streams import UNKNOWN
 
 DATA_USES = frozenset({"read", "write", "host", "stream"})
-FREES = {"del": "`del`", "del[]": "`del` of its container item", ".data=": "`.data = ...`", "resize_": "`resize_`", "storage().resize_": "`storage().resize_`",
-         "untyped_storage().resize_": "`untyped_storage().resize_`"}
+FREES = {"del": "`del`", "del[]": "`del` of its container item", ".data=": "`.data = ...`", "resize_": "`resize_`",
+         "storage().resize_": "`storage().resize_`", "untyped_storage().resize_": "`untyped_storage().resize_`"}
 
 
 class FreeAfterSideStreamUse(Rule):

@@ -6,12 +6,13 @@ from typing import Iterable
 
 from streamcheck.findings import ROLE_READ, ROLE_WRITE, Finding
 
+from .collectives import reads_in_place
 from .extract import ALIAS
 from .facts import NO_REGION, Access
 from .program import Function, Program
 from .races import Context, contexts, matching, same_anchor, unordered
 from .rule import Rule, location, way_of
-from .streams import as_code, display, stream_words
+from .streams import as_code, display, stream_words, writable
 
 
 class OverwriteWhileAnotherStreamUses(Rule):
@@ -143,7 +144,7 @@ def run(t, s1, s2):
                     for other_fn, other in matching(program, writer, write, other_kind):
                         if (other_fn is writer and other == write) or other.op == ALIAS:
                             continue
-                        if kind == "WAW" and _reads_in_place(writer, write):
+                        if kind == "WAW" and reads_in_place(writer, write):
                             continue  # an in-place collective reads first: SC101 reports the pair as RAW
                         for other_ctx in contexts(program, other_fn, other):
                             if self._races(program, other_ctx, write_ctx, kind):
@@ -160,12 +161,6 @@ def run(t, s1, s2):
         if kind != "WAW" or not both_regions or earlier.function is later.function:
             return False
         return unordered(program, earlier, later) and _first(earlier, later)
-
-
-def _reads_in_place(function: Function, write: Access) -> bool:
-    """The write also reads what it overwrites, at the same place (`dist.all_reduce(t)`)."""
-    return any(a.kind == "read" and a.path == write.path and (a.line, a.column) == (write.line, write.column)
-               for a in function.facts.accesses)
 
 
 def _first(first: Context, second: Context) -> bool:
@@ -188,7 +183,7 @@ def _finding(program: Program, writer: Function, write: Access, found: list[tupl
     waiter, waited = as_code(write_ctx.stream), as_code(earlier.stream)
     extra = {"path": write.path, "writer_stream": display(write_ctx.stream) if write_ctx.stream else "",
              "other_stream": display(earlier.stream) if earlier.stream else ""}
-    if _writable(waiter) and _writable(waited):  # for --fix: the wait, right before the write
+    if writable(waiter) and writable(waited):  # for --fix: the wait, right before the write
         extra["fix_edit"] = {"path": writer.file.path, "line": write.line, "column": write.column,
                              "insert": f"{waiter}.wait_stream({waited})", "safe": True,
                              "description": f"insert `{{statement}}` before the write at line {write.line}"}
@@ -203,9 +198,4 @@ def _finding(program: Program, writer: Function, write: Access, found: list[tupl
         symbol=writer.facts.qualname,
         extra=extra,
     )
-
-
-def _writable(code: str) -> bool:
-    """A stream expression that can be written into new code as it stands (a name or attribute chain)."""
-    return code == "torch.cuda.current_stream()" or code.replace(".", "_").isidentifier()
 

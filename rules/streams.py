@@ -95,3 +95,9 @@ def display(stream: str) -> str:
 def as_code(stream: str) -> str:
     """A stream id as an expression for a fix (`torch.cuda.current_stream()` for the current stream)."""
     return "torch.cuda.current_stream()" if stream == CURRENT_STREAM else display(stream)
+
+
+def writable(code: str) -> bool:
+    """A stream expression that can be written into new code as it stands (a name or attribute chain): what a
+    `--fix` edit may insert."""
+    return code == "torch.cuda.current_stream()" or code.replace(".", "_").isidentifier()

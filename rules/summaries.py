@@ -16,6 +16,7 @@ from __future__ import annotations
 import builtins
 from typing import TYPE_CHECKING, Callable, Iterable
 
+from .collectives import reads_in_place
 from .extract import split_index
 from .facts import Access, Call
 from .orderings import ANY_STREAM, Ordering, orderings_of, site_stream
@@ -84,7 +85,8 @@ def call_orderings(program: "Program", caller: "Function", call: Call, edges: It
 
 def _own_pairs(program: "Program", function: "Function") -> set[Pair]:
     return {(o.waiter, o.target) for o in orderings_of(program, function)
-            if o.kind != "host_sync" and not ((o.target == ANY_STREAM or o.waiter == HOST) and _guarded(function, o.line))}
+            if o.kind != "host_sync"
+            and not ((o.target == ANY_STREAM or o.waiter == HOST) and _guarded(function, o.line))}
 
 
 def _guarded(function: "Function", line: int) -> bool:
@@ -151,14 +153,9 @@ def _calls_a_value(function: "Function", call: Call) -> bool:
 def _own_param_accesses(program: "Program", function: "Function") -> set[Access]:
     params = set(function.facts.params) - {"self", "cls"}
     return {a for a in function.facts.accesses if a.path.split(".", 1)[0] in params and not a.owner and not a.fresh
-            and not (a.collective and a.kind == "write" and _in_place_read(function, a))}
-
-
-def _in_place_read(function: "Function", write: Access) -> bool:
-    """An in-place collective's write (`broadcast(t)`, `all_reduce(t)`): kept in the function that calls it, not
-    handed up to callers, where wrappers named like collectives take objects as often as tensors."""
-    return any(a.kind == "read" and a.path == write.path and (a.line, a.column) == (write.line, write.column)
-               for a in function.facts.accesses)
+            # an in-place collective's write stays in the function that calls it: wrappers named like collectives
+            # take objects as often as tensors
+            and not (a.collective and a.kind == "write" and reads_in_place(function, a))}
 
 
 def _call_param_accesses(program: "Program", function: "Function", call: Call, edge: "Edge", callee_value) -> set:
