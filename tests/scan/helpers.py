@@ -8,6 +8,18 @@ from pathlib import Path
 
 from streamcheck.cli import main
 
+# One file with one SC101 race (the write on the current stream, the read-modify-write on `side`).
+RACY = """import torch
+
+side = torch.cuda.Stream()
+
+
+def f(x, y):
+    x.copy_(y)
+    with torch.cuda.stream(side):
+        y.add_(x)
+"""
+
 
 def write_tree(root: Path, files: dict[str, str | bytes]) -> None:
     for name, content in files.items():

@@ -4,18 +4,8 @@ from __future__ import annotations
 
 import re
 
-from .helpers import scan_cli, write_tree
+from .helpers import RACY, scan_cli, write_tree
 
-RACY = """import torch
-
-side = torch.cuda.Stream()
-
-
-def f(x, y):
-    x.copy_(y)
-    with torch.cuda.stream(side):
-        y.add_(x)
-"""
 PHASE = re.compile(r"^  (?P<phase>[a-z-]+) +(?P<seconds>\d+\.\d{3}) s$")
 
 

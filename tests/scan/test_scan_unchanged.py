@@ -7,18 +7,8 @@ import time
 
 from streamcheck.scanner import driver
 
-from .helpers import scan_cli, write_tree
+from .helpers import RACY, scan_cli, write_tree
 
-RACY = """import torch
-
-side = torch.cuda.Stream()
-
-
-def f(x, y):
-    x.copy_(y)
-    with torch.cuda.stream(side):
-        y.add_(x)
-"""
 OLD = time.time() - 60  # older than the record's racy window: the record trusts these files
 
 
