@@ -1,31 +1,87 @@
-# One device call for issue 18 (run from the repository root on the GPU machine, $OUT set by the device tool):
-# the per-layer profile and the 40-step window run on DeepSpeed 0.19.8 ZeRO-2 overlap_comm h=1024, overhead.py
-# the GPU tests on both backends side by side, then overhead.py --gpus 1 (DeepSpeed 0.13.4 ZeRO-3, 9 layers h=4096)
-# if time is left.
-# Needs .whl carried (../shared/tools/gpu-wheels .whl 0.13.4 0.19.8). DEADLINE=<epoch seconds> bounds the tests.
+# Device calls for issues 17/18 (run from the repository root on the GPU machine; $OUT set by the device tool).
+#   PART=timing bash benchmarks/issue18_job.sh   # overhead.py --gpus 1 before/after alternated, then the ZeRO-2 profile
+#   PART=tests  bash benchmarks/issue18_job.sh   # tests/gpu on both backends || same losses || the 1000-step soak
+# Needs .whl carried (../shared/tools/gpu-wheels .whl 0.13.4 0.19.8) and, for the timing part's "before", .before
+# carried: the package at cc16f13 (git archive cc16f13 streamcheck instrument rules examples/deepspeed_hpz/train.py
+# examples/deepspeed_hpz/shims.py benchmarks/overhead.py | tar -x -C .before). Each tree builds its native hook
+# into its own TORCH_EXTENSIONS_DIR (both are named streamcheck_native_hook: one folder would rebuild at every
+# switch). DEADLINE=<epoch seconds> bounds the whole call (default: 560 s from now). Logs: a few files in $OUT.
 set -u
-DEADLINE=${DEADLINE:-$(( $(date +%s) + 540 ))}
+ROOT=$PWD
+DEADLINE=${DEADLINE:-$(( $(date +%s) + 560 ))}
+left() { echo $(( DEADLINE - $(date +%s) - ${1:-15} )); }
+log() { echo "=== $(date +%H:%M:%S) $*"; }
+export TORCH_EXTENSIONS_DIR=/tmp/ext-after
+if [ "${PART:-timing}" = timing ] && [ -d .before ]; then  # the before tree, built while the after one builds
+  rm -rf .bpkg && mkdir -p .bpkg && cp -r .before/streamcheck .bpkg/ && cp -r .before/instrument \
+    .bpkg/streamcheck/instrument && cp -r .before/rules .bpkg/streamcheck/rules
+  (cd /tmp && TORCH_EXTENSIONS_DIR=/tmp/ext-before PYTHONPATH=$ROOT/.bpkg python3 -P -c 'import time; t=time.time()
+from streamcheck.instrument import native; native.load(); print(f"before: native hook built in {time.time()-t:.1f} s")') \
+    > "$OUT/setup-before.log" 2>&1 &
+fi
 DS="0.19.8 0.13.4" . benchmarks/device_setup.sh > "$OUT/setup.log" 2>&1
 python3 -P -c 'from streamcheck.instrument import native; native.load(); print("memory reports in C++:", native.memory_reports_in_cpp)' >> "$OUT/setup.log" 2>&1
-cat "$OUT/setup.log"
-if [ "${PROFILE:-1}" = 1 ]; then
-  timeout 200 python3 -P benchmarks/native_profile.py --steps "${STEPS:-6}" --window-run 40 ${SOAK:+--soak $SOAK} \
-    --phases "${PHASES:-plain,passthrough,hook_noop,trace_callbacks,watch,watch_py_detector,window_closed,window,watch_mode,csan}" \
+wait
+cat "$OUT/setup.log" "$OUT/setup-before.log" 2>/dev/null; rm -f "$OUT/setup-before.log"
+nvidia-smi --query-gpu=name,memory.used --format=csv,noheader
+
+if [ "${PART:-timing}" = timing ]; then
+  # overhead.py --gpus 1 (DeepSpeed 0.13.4 ZeRO-3, 9 layers h=4096): before, after, before, after, each a torchrun
+  # job running plain, pass-through, streamcheck (native), streamcheck_mode, CSAN in one process.
+  for round in ${ROUNDS:-1 2}; do
+    for tree in before after; do
+      [ "$(left 100)" -gt 0 ] || { log "overhead $tree round $round skipped (deadline)"; continue; }
+      if [ $tree = before ]; then dir=.before; pkg=$ROOT/.bpkg; ext=/tmp/ext-before; else dir=.; pkg=$ROOT/.scpkg; ext=/tmp/ext-after; fi
+      log "overhead.py --gpus 1, $tree (round $round)"
+      started=$(date +%s)
+      (cd $dir && TORCH_EXTENSIONS_DIR=$ext PYTHONPATH=$pkg:$ROOT/.site-0.13.4 timeout "$(cap=$(left 60); echo $(( cap < 150 ? cap : 150 )))" \
+        python3 -P benchmarks/overhead.py --gpus 1 --steps "${OH_STEPS:-6}" --out /tmp/oh-$tree-$round) \
+        > /tmp/overhead-$tree-$round.log 2>&1
+      echo "rc=$? wall $(( $(date +%s) - started )) s"; cat /tmp/overhead-$tree-$round.log
+    done
+  done 2>&1 | tee "$OUT/overhead.log"
+  log "native_profile.py on DeepSpeed 0.19.8 ZeRO-2 overlap_comm h=1024, then the 40-step window run"
+  timeout "$(left 5)" python3 -P benchmarks/native_profile.py --steps "${STEPS:-8}" --window-run 40 \
+    --phases "${PHASES:-plain,passthrough,watch,watch_mode,window_closed,window,csan}" \
     --json "$OUT/profile.json" > "$OUT/profile.log" 2>&1
-  echo "profile rc=$?"; grep -v "^\[\|Warning\|warn" "$OUT/profile.log" | tail -40
+  echo "profile rc=$?"; grep -v "^\[\|Warning\|warn" "$OUT/profile.log" | tail -45
+  tar czf "$OUT/timing-logs.tgz" -C /tmp $(cd /tmp && ls -d oh-* overhead-*.log 2>/dev/null) 2>/dev/null
 fi
-if [ "${TESTS:-1}" = 1 ]; then
-  left=$(( DEADLINE - $(date +%s) - ${OVERHEAD_RESERVE:-0} - 15 ))
-  echo "GPU tests, both backends side by side, ${left}s"
-  for b in native mode; do
-    STREAMCHECK_BACKEND=$b timeout "$left" python3 -P -m pytest -q -p no:cacheprovider -m gpu tests/gpu -rA \
-      --basetemp=/tmp/gpu-tests-$b > "$OUT/gpu-tests-$b.log" 2>&1 &
+
+if [ "${PART:-timing}" = tests ]; then
+  limit=$(left 20)
+  log "GPU tests on both backends side by side (limit ${limit}s each); beside them: same losses, the soak"
+  for b in ${TEST_BACKENDS:-native mode}; do
+    STREAMCHECK_BACKEND=$b timeout "$limit" python3 -P -m pytest -q -p no:cacheprovider -m gpu tests/gpu -rA \
+      --durations=0 --basetemp=/tmp/gpu-tests-$b > "$OUT/gpu-tests-$b.log" 2>&1 &
   done
+  if [ "${LOSSES:-1}" = 1 ]; then  # plain, native, mode: each a fresh process, same seeds, 8 steps
+    ( for run in plain:native streamcheck:native streamcheck:mode; do
+        timeout 150 python3 -P benchmarks/frameworks_gpu.py --run deepspeed-zero2-overlap --mode ${run%%:*} \
+          --backend ${run##*:} --steps 8 --result /tmp/loss-${run/:/-}.json > /tmp/loss-${run/:/-}.log 2>&1
+        echo "$run rc=$?"
+      done
+      python3 - <<'PY'
+import json
+runs = {name: json.load(open(f"/tmp/loss-{name}.json")) for name in ("plain-native", "streamcheck-native", "streamcheck-mode")}
+plain = runs["plain-native"]["losses"]
+print("DeepSpeed 0.19.8 ZeRO-2 overlap_comm h=1024, 8 steps, one fresh process per run, same seeds")
+for name, run in runs.items():
+    same = "bit-identical to plain" if run["losses"] == plain else "DIFFERENT from plain"
+    print(f"{name:<20} {run.get('backend', '-'):<7} {same}; findings {len(run.get('findings', []))}; "
+          f"losses {[float.fromhex(v) for v in run['losses']]}")
+PY
+    ) > "$OUT/losses.log" 2>&1 &
+  fi
+  if [ "${SOAK:-1000}" != 0 ]; then
+    timeout "$limit" python3 -P benchmarks/native_profile.py --phases plain --steps 2 --soak "${SOAK:-1000}" \
+      > "$OUT/soak.log" 2>&1 &
+  fi
   wait
-  for b in native mode; do echo "== $b"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/gpu-tests-$b.log" | tail -n 25; done
+  for b in ${TEST_BACKENDS:-native mode}; do
+    echo "== $b"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/gpu-tests-$b.log" | tail -n 25
+  done
+  echo "== losses"; cat "$OUT/losses.log" 2>/dev/null
+  echo "== soak"; grep -v "^\[\|Warning\|warn" "$OUT/soak.log" 2>/dev/null | tail -15
 fi
-if [ "${OVERHEAD:-1}" = 1 ] && [ $(( DEADLINE - $(date +%s) )) -gt 120 ]; then  # last: only with time left
-  PYTHONPATH=$PWD/.scpkg:$PWD/.site-0.13.4 timeout 170 python3 -P benchmarks/overhead.py --gpus 1 --steps 6 \
-    --out /tmp/oh > "$OUT/overhead.log" 2>&1
-  echo "overhead rc=$?"; cat "$OUT/overhead.log"
-fi
+log done

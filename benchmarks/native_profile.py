@@ -178,6 +178,80 @@ def table(results: dict, args: argparse.Namespace) -> None:
             print(f"    errors: {r['errors']}")
 
 
+class InjectedRace:
+    """Wraps a Loop's step: before it, a side stream reads a buffer the current stream has just written, unordered.
+
+    One race per step at one site, so a watch over k steps reports it once with count k: what lets the window run
+    compare the window's findings with a full watch of the same steps on a workload that really has one.
+    """
+
+    def __init__(self, loop) -> None:
+        self.loop = loop
+        self.step = loop._step
+        self.buffer = torch.zeros(1 << 16, device="cuda")
+        self.side = torch.cuda.Stream()
+
+    def __enter__(self):
+        def racy_step():
+            self.buffer.fill_(1.0)
+            with torch.cuda.stream(self.side):
+                self.buffer.sum()
+            return self.step()
+
+        self.loop._step = racy_step
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.loop._step = self.step
+
+
+def _found(findings) -> list:
+    return sorted((f.rule, f.kind, f.count, f"{f.primary.path.rsplit('/', 1)[-1]}:{f.primary.line}")
+                  for f in findings)
+
+
+def window_run(loop, n: int, results: dict) -> None:
+    """n steps plain, with watch(steps=(n/4, n/4+2)), fully watched (the timings); then, with one injected race per
+    step, the window's findings next to a watch started and stopped by hand around the same two steps."""
+    import streamcheck
+
+    window = (n // 4, n // 4 + 2)
+    runs = {}
+    for name in ("plain", "window", "full"):
+        watch = None
+        if name != "plain":
+            watch = streamcheck.watch(f"/tmp/native-profile-run-{name}", echo=False,
+                                      **({"steps": window} if name == "window" else {}))
+            watch.start()
+        started = time.perf_counter()
+        times, losses = loop.run(n)
+        total = time.perf_counter() - started
+        found = watch.stop() if watch is not None else []
+        runs[name] = (total, statistics.median(times), found)
+    plain_total = runs["plain"][0]
+    print(f"\n{n} steps per run, watch(steps={window}) for the window run, one process, this order:")
+    for name, (total, median, found) in runs.items():
+        print(f"{name:<8} total {total * 1000:9.1f} ms  {total / plain_total:.3f}x  median step {median:.2f} ms  "
+              f"findings {_found(found)}")
+    results["window_run"] = {name: {"total_s": r[0], "median_ms": r[1], "findings": _found(r[2])}
+                             for name, r in runs.items()}
+    with InjectedRace(loop):
+        watch = streamcheck.watch("/tmp/native-profile-run-window-race", echo=False, steps=window)
+        watch.start()
+        loop.run(n)
+        in_window = _found(watch.stop())
+        loop.run(window[0])
+        watch = streamcheck.watch("/tmp/native-profile-run-two-steps", echo=False)
+        watch.start()
+        loop.run(window[1] - window[0])
+        by_hand = _found(watch.stop())
+        loop.run(n - window[1])
+    same = "identical" if in_window == by_hand else "DIFFERENT"
+    print(f"one injected race per step, {n} steps: watch(steps={window}) found {in_window}; a watch started "
+          f"before step {window[0]} and stopped after step {window[1] - 1} found {by_hand}: {same}")
+    results["window_findings"] = {"window": in_window, "by_hand": by_hand, "same": in_window == by_hand}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--setup", default="deepspeed-zero2-overlap")
@@ -188,7 +262,8 @@ def main() -> int:
     parser.add_argument("--soak", type=int, default=0,
                         help="then N steps under one full watch; every N/10 steps: step time, shadow state, RSS")
     parser.add_argument("--window-run", type=int, default=0,
-                        help="then N steps plain, N with watch(steps=(N/4, N/4+2)), N with a full watch")
+                        help="then N steps plain, N with watch(steps=(N/4, N/4+2)), N with a full watch; then, with "
+                             "one injected race per step, the window's findings vs a watch by hand of the same steps")
     args = parser.parse_args()
     from frameworks_workloads import SETUPS
 
@@ -218,29 +293,7 @@ def main() -> int:
         print(f"\ncProfile of {args.profile} watched steps ({wall:.2f} s under the profiler):")
         print(text.getvalue()[-9000:])
     if args.window_run:
-        import streamcheck
-
-        n = args.window_run
-        window = (n // 4, n // 4 + 2)
-        runs = {}
-        for name in ("plain", "window", "full"):
-            watch = None
-            if name != "plain":
-                watch = streamcheck.watch(f"/tmp/native-profile-run-{name}", echo=False,
-                                          **({"steps": window} if name == "window" else {}))
-                watch.start()
-            started = time.perf_counter()
-            times, losses = loop.run(n)
-            total = time.perf_counter() - started
-            found = watch.stop() if watch is not None else []
-            runs[name] = (total, statistics.median(times), found, losses)
-        plain_total = runs["plain"][0]
-        print(f"\n{n} steps per run, watch(steps={window}) for the window run, one process, this order:")
-        for name, (total, median, found, losses) in runs.items():
-            print(f"{name:<8} total {total * 1000:9.1f} ms  {total / plain_total:.3f}x  median step {median:.2f} ms  "
-                  f"findings {[(f.rule, f.kind, f.count) for f in found]}")
-        results["window_run"] = {name: {"total_s": r[0], "median_ms": r[1], "findings": len(r[2])}
-                                 for name, r in runs.items()}
+        window_run(loop, args.window_run, results)
     if args.soak:
         import resource
 
