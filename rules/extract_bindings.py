@@ -1,0 +1,116 @@
+"""The facts pass's bindings: assignments that alias a stream or a context, functions held by attributes
+(`self.fn = helper`), attributes a method assigns, and a tensor made by a kernel and bound to a name. A part of
+extract.py's visitor."""
+
+from __future__ import annotations
+
+import ast
+
+from .extract_names import COPYING_METHODS, HOST_ONLY_FUNCTIONS, NOT_PRODUCERS, PRODUCING_METHODS
+from .extract_paths import access_path, dotted, elements
+from .facts import MODULE_SCOPE, NO_REGION, AttrFunction
+from .torch_api import TORCH_FUNCTIONS
+
+ALIAS = "="  # the op of a binding recorded as where an attribute's tensor comes from (see visit_Assign)
+
+
+class Bindings(ast.NodeVisitor):
+    """The visitor's methods for bindings; they use the visitor's state (extract.py `_FactsVisitor`): `facts`,
+    `fn`, `region`, `defined`, `pending_attr_functions`, `detailed`, `_scope_name`, `_keep_line`, `_access`,
+    `_is_torch_function`."""
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        self._note_self_assigns(node.targets)
+        if self.detailed and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            values = [node.value.body, node.value.orelse] if isinstance(node.value, ast.IfExp) else [node.value]
+            for value in values:
+                text = ast.unparse(value)
+                if "stream" in text.lower() and len(text) < 200:
+                    self.fn.stream_aliases.setdefault(node.targets[0].id, []).append(text)
+        if isinstance(node.value, (ast.Name, ast.Attribute)):
+            for target in node.targets:
+                if isinstance(target, ast.Attribute):
+                    self.pending_attr_functions.append(
+                        (target.attr, dotted(node.value), self._scope_name(), node.lineno))
+        self.generic_visit(node)
+        if not self.detailed or len(node.targets) != 1:
+            return
+        target, end = node.targets[0], (node.end_lineno or node.lineno, (node.end_col_offset or 0) + 1)
+        if self._produces_tensor(node.value):
+            # `y = x.to(dev, non_blocking=True)`, `y = torch.cat(...)`: a new tensor written by a kernel on the
+            # stream current here (a hidden producer); taken as written where the statement ends.
+            func = node.value.func
+            op = func.attr if isinstance(func, ast.Attribute) else dotted(func)
+            self._access("write", target, *end, op.rsplit(".", 1)[-1], at=end, fresh=True)
+        elif self._bound_in_region(target, node.value):
+            # `self.cached = gather(x)` / `self.cached = out` inside `with stream(s):` keeps a tensor of s's work
+            # for later: a binding (op ALIAS) that tells where the attribute's tensor comes from, not a kernel's
+            # write any race is paired with.
+            self._access("write", target, *end, ALIAS, at=end, fresh=True)
+
+    def _bound_in_region(self, target: ast.AST, value: ast.AST) -> bool:
+        """An attribute bound inside a stream region to a path, or to what a call returns, unless the call only
+        names a stream, an event or metadata. (A local bound from an unknown call in a region is as often a handle
+        or a view as new memory: not taken.)"""
+        if self.region == NO_REGION or not isinstance(target, ast.Attribute):
+            return False
+        if access_path(value):
+            return True
+        if not isinstance(value, ast.Call):
+            return False
+        last = dotted(value.func).rsplit(".", 1)[-1]
+        return last not in NOT_PRODUCERS and last not in HOST_ONLY_FUNCTIONS and last not in (
+            "current_stream", "default_stream", "record_event", "get_accelerator")
+
+    def _produces_tensor(self, value: ast.AST) -> bool:
+        if not isinstance(value, ast.Call) or not isinstance(value.func, (ast.Attribute, ast.Name)):
+            return False
+        callee = dotted(value.func)
+        last = callee.rsplit(".", 1)[-1]
+        if isinstance(value.func, ast.Attribute) and value.func.value is not None and not self._is_torch_function(
+                callee):
+            if last in COPYING_METHODS:  # a blocking copy orders the host with it; only an async one is left behind
+                return any(k.arg == "non_blocking" and isinstance(k.value, ast.Constant) and k.value.value is True
+                           for k in value.keywords)
+            return last in PRODUCING_METHODS
+        head = callee.split(".", 1)[0]
+        if self.facts.imports.get(head) not in ("torch", "torch.nn.functional") or callee.count(".") > 1:
+            return False  # `torch.cat`, `F.linear`; not `torch.cuda.current_stream()`, `torch.distributed.x`
+        if not value.args or not isinstance(value.args[0], (ast.Name, ast.Attribute, ast.Subscript, ast.List,
+                                                              ast.Tuple, ast.ListComp)):
+            return False  # a factory (`torch.zeros(n)`): initialization, not a producer of data another stream awaits
+        return last in TORCH_FUNCTIONS and last not in NOT_PRODUCERS
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        self._note_self_assigns([node.target])
+        self.generic_visit(node)
+
+    def _note_self_assigns(self, targets: list[ast.AST]) -> None:
+        if self.fn.cls is None:
+            return
+        for target in targets:
+            for elt in elements(target):
+                if (isinstance(elt, ast.Attribute) and isinstance(elt.value, ast.Name) and elt.value.id == "self"
+                        and elt.attr not in self.fn.self_assigns):
+                    self.fn.self_assigns.append(elt.attr)
+
+    def _resolve_attr_functions(self) -> None:
+        """Keep `x.attr = name` only where `name` is a function of this file or an imported name."""
+        for attr, name, scope, line in self.pending_attr_functions:
+            target = None
+            parts = [] if scope == MODULE_SCOPE else scope.split(".")
+            while True:  # innermost enclosing scope first
+                candidate = ".".join(parts + [name])
+                if candidate in self.defined:
+                    target = candidate
+                    break
+                if not parts:
+                    break
+                parts.pop()
+            if target is None:
+                head = name.split(".", 1)[0]
+                if head in self.facts.imports:
+                    target = self.facts.imports[head] + name[len(head):]
+            if target is not None:
+                self.facts.attr_functions.append(AttrFunction(attr, target, line))
+                self._keep_line(line)

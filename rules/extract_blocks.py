@@ -1,0 +1,129 @@
+"""The facts pass's stream regions (`with torch.cuda.stream(s):`) and conditional blocks (if/for/while/try/match
+bodies, conditional expressions): where each call and access sits. A part of extract.py's visitor."""
+
+from __future__ import annotations
+
+import ast
+
+from .extract_paths import dotted
+from .facts import Region
+from .options import matches_name
+
+
+class RegionsAndBlocks(ast.NodeVisitor):
+    """The visitor's methods for regions and blocks; they use the visitor's state (extract.py `_FactsVisitor`):
+    `fn`, `region`, `blocks`, `detailed`, `stream_names`, `_keep_line`."""
+
+    def visit_With(self, node: ast.With | ast.AsyncWith) -> None:
+        saved = self.region
+        for item in node.items:
+            self.visit(item.context_expr)
+            if item.optional_vars is not None:
+                self.visit(item.optional_vars)
+            stream = self._stream_of(item.context_expr)
+            if stream is not None and self.detailed:
+                expr = item.context_expr
+                self.fn.regions.append(
+                    Region(stream, expr.lineno, expr.col_offset + 1, node.end_lineno or node.lineno, self.region))
+                self._keep_line(expr.lineno)
+                self.region = len(self.fn.regions) - 1
+        for stmt in node.body:
+            self.visit(stmt)
+        self.region = saved
+
+    visit_AsyncWith = visit_With
+
+    def _stream_of(self, expr: ast.AST) -> str | None:
+        """The stream text if `expr` switches the current stream, else None."""
+        if isinstance(expr, ast.Name) and expr.id in self.fn.stream_aliases:
+            # `ctx = torch.cuda.stream(s) if overlap else nullcontext()` ... `with ctx:`: the stream arm
+            for text in reversed(self.fn.stream_aliases[expr.id]):
+                try:
+                    bound = ast.parse(text, mode="eval").body
+                except SyntaxError:
+                    continue
+                if isinstance(bound, ast.Call):
+                    stream = self._stream_of(bound)
+                    if stream is not None:
+                        return stream
+        if isinstance(expr, (ast.Name, ast.Attribute)) and dotted(expr).lower().endswith("stream"):
+            return dotted(expr)  # `with side_stream:` (torch.Stream is a context manager)
+        if not isinstance(expr, ast.Call) or not matches_name(dotted(expr.func), self.stream_names):
+            return None
+        arg = expr.args[0] if expr.args else next((k.value for k in expr.keywords if k.arg == "stream"), None)
+        if arg is None:
+            return "?"
+        text = ast.unparse(arg)
+        if text == "None" or text.endswith("current_stream()"):
+            return None  # stays on the current stream
+        return text
+
+    # --- conditional blocks -------------------------------------------------------------------------------------
+    def _visit_block(self, body: list[ast.AST], guarded: bool = True) -> None:
+        if not body:
+            return
+        block = (body[0].lineno, body[-1].end_lineno or body[-1].lineno)
+        if guarded:
+            self.fn.guarded.append(block)
+        self.blocks.append(block)
+        for stmt in body:
+            self.visit(stmt)
+        self.blocks.pop()
+        if _ends_in_exit(body[-1]):
+            self.fn.exits.append(block)
+
+    def visit_If(self, node: ast.If) -> None:
+        self.visit(node.test)
+        self._visit_block(node.body)
+        self._visit_block(node.orelse)
+
+    def visit_For(self, node: ast.For | ast.AsyncFor) -> None:
+        self.visit(node.iter)
+        self.visit(node.target)
+        self._visit_block(node.body, guarded=False)  # a loop over handles or params: taken to run
+        self._visit_block(node.orelse)
+
+    visit_AsyncFor = visit_For
+
+    def visit_While(self, node: ast.While) -> None:
+        self.visit(node.test)
+        self._visit_block(node.body, guarded=False)
+        self._visit_block(node.orelse)
+
+    def visit_Try(self, node: ast.Try) -> None:
+        for stmt in node.body:  # the body runs unless something raises
+            self.visit(stmt)
+        for handler in node.handlers:
+            if handler.type is not None:
+                self.visit(handler.type)
+            self._visit_block(handler.body)
+        self._visit_block(node.orelse)
+        for stmt in node.finalbody:
+            self.visit(stmt)
+
+    visit_TryStar = visit_Try
+
+    def visit_Match(self, node: ast.Match) -> None:
+        self.visit(node.subject)
+        for case in node.cases:
+            self._visit_block(case.body)
+
+    def _visit_conditional_expr(self, node: ast.AST) -> None:
+        self.blocks.append((node.lineno, node.end_lineno or node.lineno))
+        self.generic_visit(node)
+        self.blocks.pop()
+
+    visit_IfExp = visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = _visit_conditional_expr
+    visit_BoolOp = visit_Lambda = _visit_conditional_expr
+
+
+def _ends_in_exit(stmt: ast.AST) -> bool:
+    """A statement after which the block never goes on: a return, raise, continue or break, also as the end of a
+    `with` body or of both arms of an if/else."""
+    if isinstance(stmt, (ast.Return, ast.Raise, ast.Continue, ast.Break)):
+        return True
+    if isinstance(stmt, (ast.With, ast.AsyncWith)):
+        return bool(stmt.body) and _ends_in_exit(stmt.body[-1])
+    if isinstance(stmt, ast.If):
+        return bool(stmt.orelse) and _ends_in_exit(stmt.body[-1]) and _ends_in_exit(stmt.orelse[-1])
+    return False

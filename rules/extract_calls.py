@@ -1,0 +1,169 @@
+"""The facts pass's calls and tensor accesses: each call recorded, and in detailed files the syncs it makes and the
+tensors it reads or writes. A part of extract.py's visitor."""
+
+from __future__ import annotations
+
+import ast
+
+from .collectives import TENSOR_KEYWORDS, Outputs, outputs_of
+from .extract_names import (
+    BLOCKING_HOST_METHODS,
+    HOST_DATA_FACTORIES,
+    HOST_ONLY_FUNCTIONS,
+    HOST_ONLY_METHODS,
+    METADATA_ARG_FUNCTIONS,
+    METADATA_ARG_METHODS,
+    METADATA_METHODS,
+    STORING_METHODS,
+    VIEW_METHODS,
+)
+from .extract_paths import access_path, arg_text, dotted, elements, index_of
+from .facts import Access, Call, Sync
+from .options import matches_name
+from .torch_api import INIT_FUNCTIONS, TENSOR_INPLACE_METHODS, TENSOR_METHODS
+
+
+class CallsAndAccesses(ast.NodeVisitor):
+    """The visitor's methods for calls and accesses; they use the visitor's state (extract.py `_FactsVisitor`):
+    `facts`, `fn`, `region`, `blocks`, `frames`, `detailed`, the option name sets, `_keep_line`."""
+
+    def visit_Call(self, node: ast.Call) -> None:
+        callee = dotted(node.func)
+        func_args = tuple(
+            dotted(a) for a in node.args if isinstance(a, (ast.Name, ast.Attribute)) and dotted(a) != "?")
+        args = tuple(arg_text(a) for a in node.args) + tuple(
+            f"{k.arg}={arg_text(k.value)}" for k in node.keywords if k.arg)
+        if not any(a.partition("=")[2] if "=" in a else a for a in args):
+            args = ()
+        self.fn.calls.append(
+            Call(node.lineno, node.col_offset + 1, callee, self.region, self.blocks[-1], func_args, args))
+        self._keep_line(node.lineno)
+        if self.detailed:
+            self._call_facts(node, callee)
+        self.generic_visit(node)
+
+    def _call_facts(self, node: ast.Call, callee: str) -> None:
+        method = node.func.attr if isinstance(node.func, ast.Attribute) else None
+        last = callee.rsplit(".", 1)[-1]
+        receiver = dotted(node.func.value) if method else ""
+        line, col = node.lineno, node.col_offset + 1
+        sync_kind = self._sync_kind(node, callee, method, receiver)
+        if sync_kind:
+            arg = dotted(node.args[0]) if node.args else ""
+            self.fn.syncs.append(
+                Sync(sync_kind, receiver, line, col, arg, self.region, self.blocks[-1], method or last))
+        on_module = receiver.split(".", 1)[0] in self.facts.imports  # `torch.add(...)`, `dist.all_reduce(...)`
+        tensor_method = bool(method) and not on_module and method in TENSOR_METHODS
+        if method and on_module:
+            if method in INIT_FUNCTIONS and node.args:  # `torch.nn.init.xavier_uniform_(w)` writes `w`
+                self._access("write", node.args[0], line, col, method)
+        elif method in TENSOR_INPLACE_METHODS:
+            self._access("write", node.func.value, line, col, method)
+        elif tensor_method and method not in METADATA_METHODS and method not in VIEW_METHODS and not sync_kind \
+                and method not in METADATA_ARG_METHODS:
+            self._access("read", node.func.value, line, col, method)
+        for kw in node.keywords:
+            if kw.arg == "out":
+                for elt in elements(kw.value):
+                    self._access("write", elt, line, col, "out=")
+        if method in STORING_METHODS and len(node.args) == 1 and isinstance(node.args[0], ast.Name):
+            # `events.append(event)`: kept only if `event` turns out to be recorded here (_drop_unrecorded_stores)
+            self.fn.syncs.append(Sync("store", receiver, line, col, node.args[0].id, self.region, self.blocks[-1],
+                                      method))
+        host_only = callee in HOST_ONLY_FUNCTIONS or (method in HOST_ONLY_METHODS and not on_module)
+        if host_only or sync_kind:
+            return
+        if matches_name(callee, self.stream_names) or last in ("Stream", "Event", "current_stream"):
+            return  # naming a stream or event touches no tensor
+        if last in HOST_DATA_FACTORIES and self._is_torch_function(callee):
+            return  # `torch.tensor(values)`: Python numbers or host arrays copied in, no device read
+        if method in METADATA_ARG_METHODS or last in METADATA_ARG_FUNCTIONS or (tensor_method and (method in (
+                "to", "cuda", "type") or method in VIEW_METHODS)):
+            return  # `x.view_as(z)`, `torch.empty_like(z)`, `x.to(z)`: only z's shape, dtype and device are looked at
+        collective = matches_name(callee, self.collectives)
+        if not collective and self._is_distributed(callee):
+            return  # `dist.get_world_size(group)`, `dist.barrier()`: process groups and ranks, no tensor data
+        if not (collective or tensor_method or self._is_torch_function(callee)):
+            return  # a hand-off to other code: what the callee does with it is the callee's (summaries.py)
+        # The table's argument positions are those of the communication libraries' functions (`dist.x`, a name
+        # imported from one); a method of the same name (`params.all_gather_coalesced()`) has its own.
+        written = outputs_of(callee) if collective and (
+            "." not in callee or callee.split(".", 1)[0] in self.facts.imports) else None
+        for position, arg in enumerate(node.args):
+            if written and position >= written.tensor_positions:
+                break  # `dist.all_reduce(t, op, group)`: the rest are no tensors
+            self._argument(arg, line, col, last, collective, written, position in written.positions if written
+                           else False)
+        for kw in node.keywords:
+            if kw.arg not in (None, "out") and (not collective or kw.arg in TENSOR_KEYWORDS):
+                self._argument(kw.value, line, col, last, collective, written,
+                               kw.arg in written.keywords if written else False)
+
+    def _argument(self, arg: ast.AST, line: int, col: int, op: str, collective: bool, written: Outputs | None,
+                  is_output: bool) -> None:
+        """A device op's argument: read; a collective's output written (and read too when it works in place)."""
+        for elt in elements(arg):
+            if not is_output or written.in_place:
+                self._access("read", elt, line, col, op, collective)
+            if is_output:
+                self._access("write", elt, line, col, op, collective)
+
+    def _is_distributed(self, callee: str) -> bool:
+        head, _, rest = callee.partition(".")
+        target = f"{self.facts.imports.get(head, head)}.{rest}"
+        return target.startswith("torch.distributed.") and target.count(".") == 2
+
+    def _is_torch_function(self, callee: str) -> bool:
+        """`torch.cat`, `F.linear` (F imported from torch), `cat` imported from torch: a device op on its args."""
+        head = callee.split(".", 1)[0]
+        target = self.facts.imports.get(head, "")
+        return target == "torch" or target.startswith("torch.")
+
+    def _sync_kind(self, node: ast.Call, callee: str, method: str | None, receiver: str) -> str:
+        last = callee.rsplit(".", 1)[-1]
+        if last == "wait_stream":
+            return "wait_stream"
+        if last == "wait_event" or (last == "wait" and "event" in receiver.lower()):
+            return "wait_event"
+        if matches_name(callee, self.sync_callables):
+            return "synchronize"
+        if last in ("record", "record_event") and method:
+            return "record"
+        if last == "record_stream":
+            return "record_stream"
+        if method in BLOCKING_HOST_METHODS and not any(k.arg == "non_blocking" for k in node.keywords):
+            return "host_sync"
+        if method == "wait" and receiver and not receiver.split(".", 1)[0] in self.facts.imports:
+            return "wait"
+        return ""
+
+    def _access(self, kind: str, expr: ast.AST, line: int, col: int, op: str, collective: bool = False,
+                at: tuple[int, int] | None = None, fresh: bool = False) -> None:
+        path = access_path(expr)
+        if path is None:
+            return
+        if at is None and isinstance(expr, ast.AST) and hasattr(expr, "lineno"):
+            line, col = expr.lineno, expr.col_offset + 1
+        owner = self._owner(path) if "." not in path else ""
+        self.fn.accesses.append(
+            Access(kind, path, line, col, op, self.region, collective, owner, index_of(expr), fresh))
+        self._keep_line(line)
+
+    def _owner(self, name: str) -> str:
+        """The scope a plain name belongs to when the current function does not bind it ("" when it does)."""
+        if len(self.frames) == 1 or name in self.frames[-1][1]:
+            return ""
+        for qualname, bound in reversed(self.frames[:-1]):
+            if name in bound:
+                return qualname
+        return ""
+
+    def visit_Name(self, node: ast.Name) -> None:
+        if not isinstance(node.ctx, ast.Load):
+            self.frames[-1][1].add(node.id)
+
+    def visit_BinOp(self, node: ast.BinOp) -> None:
+        if self.detailed:
+            for operand in (node.left, node.right):
+                self._access("read", operand, node.lineno, node.col_offset + 1, type(node.op).__name__)
+        self.generic_visit(node)

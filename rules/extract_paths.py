@@ -1,0 +1,95 @@
+"""Small helpers over `ast` expressions that every part of the facts pass shares: a callee's text, the access path
+a tensor expression denotes, its element index, the expressions inside a literal list."""
+
+from __future__ import annotations
+
+import ast
+
+from .extract_names import METADATA_ATTRS, SAME_STORAGE_ATTRS, VIEW_METHODS
+
+
+def dotted(node: ast.AST) -> str:
+    """A callee's or receiver's shape as text: `self.a.b`, `get_accelerator().stream`, `xs[].f`, `?.g`."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return f"{dotted(node.value)}.{node.attr}"
+    if isinstance(node, ast.Call):
+        return f"{dotted(node.func)}()"
+    if isinstance(node, ast.Subscript):
+        return f"{dotted(node.value)}[]"
+    return "?"
+
+
+def access_path(node: ast.AST) -> str | None:
+    """The tensor an expression denotes, as an access path, or None when it is not a plain path.
+
+    Views (`x.narrow(...)`, `x[i]`) and `.data` lead back to their base; metadata (`x.shape`) is not a
+    path; subscripts of containers (`self.bufs[i]`) stand for the container's elements.
+    """
+    if isinstance(node, ast.Name):
+        return None if node.id in ("self", "cls") else node.id
+    if isinstance(node, ast.Attribute):
+        if node.attr in METADATA_ATTRS:
+            return None
+        if node.attr in SAME_STORAGE_ATTRS:
+            return access_path(node.value)
+        if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+            return f"{node.value.id}.{node.attr}"
+        base = access_path(node.value)
+        return f"{base}.{node.attr}" if base else None
+    if isinstance(node, ast.Subscript):
+        return access_path(node.value)
+    if isinstance(node, ast.Starred):
+        return access_path(node.value)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in VIEW_METHODS:
+        return access_path(node.func.value)
+    return None
+
+
+def arg_text(expr: ast.AST) -> str:
+    """A call argument as an access path with its element index (`bufs[i]`), or "" when it is none."""
+    path = access_path(expr)
+    if not path:
+        return ""
+    index = index_of(expr)
+    return f"{path}[{index}]" if index else path
+
+
+def split_index(text: str) -> tuple[str, str]:
+    """`bufs[i]` -> ("bufs", "i"); `x` -> ("x", "")."""
+    if text.endswith("]") and "[" in text:
+        path, _, index = text[:-1].partition("[")
+        return path, index
+    return text, ""
+
+
+def index_of(expr: ast.AST) -> str:
+    """The index text of `x[<index>]` when it picks one element by a constant or a simple expression of names
+    (`buf[1 - cur]`, `self.bufs[i]`), or `a:b` for a slice with both bounds simple (`buf[0:N]`); "" for
+    anything else (the whole path)."""
+    if not isinstance(expr, ast.Subscript):
+        return ""
+    index = expr.slice
+    simple = all(isinstance(n, (ast.Constant, ast.Name, ast.Attribute, ast.BinOp, ast.UnaryOp, ast.operator,
+                                ast.unaryop, ast.Load, ast.Slice)) for n in ast.walk(index))
+    if not simple:
+        return ""
+    if isinstance(index, ast.Slice):
+        if index.lower is None or index.upper is None or index.step is not None:
+            return ""
+        text = f"{ast.unparse(index.lower)}:{ast.unparse(index.upper)}"
+    else:
+        text = ast.unparse(index)
+    return text if len(text) <= 40 else ""
+
+
+def elements(node: ast.AST) -> list[ast.AST]:
+    """A call argument and, for literal lists/tuples and comprehensions, the expressions inside."""
+    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+        return [e for elt in node.elts for e in elements(elt)]
+    if isinstance(node, (ast.ListComp, ast.GeneratorExp, ast.SetComp)):
+        return elements(node.elt)
+    if isinstance(node, ast.IfExp):
+        return elements(node.body) + elements(node.orelse)
+    return [node]
