@@ -2,7 +2,7 @@
 
     python benchmarks/fuzz_oracle.py [--programs 10000] [--seed 0] [--max-events 40] [--out DIR]
 
-Random programs of the same shape as tests/dynamic/test_property_oracle.py (2 host threads, 2 streams of device 0
+Random programs of the same shape as tests/instrument/test_property_oracle.py (2 host threads, 2 streams of device 0
 and one of device 1, one NCCL comm, 2 events, 2 work handles, 2 storages of 8 bytes; kernels weighted up, event
 record/wait also as an adjacent pair, syncs, thread start/join, alloc/record_stream/free, sync and async
 collectives, work waits), drawn with Python's `random` from a seed so a run is reproducible and needs no

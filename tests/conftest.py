@@ -1,4 +1,4 @@
-"""Test-suite-wide setup: the `pytester` fixture, for the tests of the pytest plugin (tests/report)."""
+"""Test-suite-wide setup: the `pytester` fixture, for the tests of the pytest plugin (tests/instrument)."""
 
 pytest_plugins = ["pytester"]
 

@@ -1,7 +1,7 @@
 // The race detector in C++: instrument/detector.py (+ clocks.py, shadow.py) line for line, for the per-op path.
 //
-// The Python Detector stays the readable reference and the test oracle (tests/runtime/test_native_detector.py runs
-// both on random programs and compares every race). This one exists so that the hook can decide an op without
+// The Python Detector stays the readable reference and the test oracle (tests/instrument/native/test_native_detector.py
+// runs both on random programs and compares every race). This one exists so that the hook can decide an op without
 // entering Python: actors and op names are small integers, clocks are dense vectors, accesses are kept by value.
 // What Python needs (a race to report) is queued in `races` and taken by the caller.
 //

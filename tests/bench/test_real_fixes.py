@@ -2,7 +2,7 @@
 release with the fix is not (issue 14). Only the cases the engine gets right are here; the cases it misses
 (DeepSpeed #8080 and #7898, Megatron #7398, vLLM #47282, TRL #7195, diffusers #12721) are written up for issue 14
 with a reduced racy/fixed pair each and what the engine lacks. (The hpZ fix, 0.13.4 -> 0.13.5, is in
-tests/test_deepspeed_sc101.py.)
+tests/rules/test_deepspeed_sc101.py.)
 
 The source distributions come from the package index (cached under .cache/sdists/); they are read as text only.
 """

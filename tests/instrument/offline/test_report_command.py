@@ -12,7 +12,7 @@ from streamcheck.cli import main
 
 from .conftest import DATA, PP, ROOT
 
-SARIF_SCHEMA = ROOT / "tests" / "scan" / "data" / "sarif-schema-2.1.0.json"
+SARIF_SCHEMA = ROOT / "tests" / "scanner" / "data" / "sarif-schema-2.1.0.json"
 SEED = ROOT / "examples" / "deepspeed_hpz" / "results"
 
 RANK1_REPORT = f"""\

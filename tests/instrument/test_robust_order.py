@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from .test_pytest_plugin import GATED_TESTS, STAND_IN_CONFTEST, _plugin_args
+from test_pytest_plugin import GATED_TESTS, STAND_IN_CONFTEST, _plugin_args
 
 REVERSED = STAND_IN_CONFTEST + '''
 

@@ -62,7 +62,7 @@ def _inside(box, width, height) -> bool:
 
 
 @needs_browser
-@pytest.mark.parametrize("trace", ["examples/traces/hpz_race.jsonl", "tests/report/data"])
+@pytest.mark.parametrize("trace", ["examples/traces/hpz_race.jsonl", "tests/instrument/offline/data"])
 def test_the_race_fits_a_1280x800_window_with_readable_text(tmp_path, monkeypatch, capsys, trace):
     monkeypatch.chdir(ROOT)
     assert main(["report", trace, "--graph", str(tmp_path)]) == 1

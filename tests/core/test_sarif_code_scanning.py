@@ -14,7 +14,7 @@ import pytest
 from streamcheck.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
-SCHEMA_FILE = ROOT / "tests" / "scan" / "data" / "sarif-schema-2.1.0.json"
+SCHEMA_FILE = ROOT / "tests" / "scanner" / "data" / "sarif-schema-2.1.0.json"
 # sha256 of the OASIS errata01 file (Schemata/sarif-schema-2.1.0.json of oasis-tcs/sarif-spec, 112 768 bytes).
 SCHEMA_SHA256 = "ddddcccbf95c7c50c037b5b07eff4140556278ca574ff374db46786b5fce7949"
 

@@ -6,13 +6,15 @@ race — fails exactly the tests that had a race, honours streamcheck_ignore, an
 from __future__ import annotations
 
 import tomllib
+from pathlib import Path
 
 import pytest
 
 from streamcheck.findings import Finding
 from streamcheck.instrument.pytest_plugin import kept, render
 
-from .conftest import DATA, ROOT
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "tests" / "instrument" / "offline" / "data"  # the recorded hpZ run (see make_hpz.py there)
 
 PLUGIN = "streamcheck.instrument.pytest_plugin"
 

@@ -21,7 +21,7 @@ from streamcheck.instrument.native_detector import NativeDetector
 from streamcheck.instrument.shadow_size import shadow_state_size
 from streamcheck.instrument.trace import replay
 
-FUZZ = Path(__file__).resolve().parents[2] / "benchmarks" / "fuzz_oracle.py"
+FUZZ = Path(__file__).resolve().parents[3] / "benchmarks" / "fuzz_oracle.py"
 
 
 @pytest.fixture(scope="module")

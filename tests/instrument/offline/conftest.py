@@ -1,4 +1,5 @@
-"""Shared paths for the runtime report tests: the recorded hpZ data (tests/report/data, see make_hpz.py)."""
+"""Shared paths for the runtime report tests: the recorded hpZ data (tests/instrument/offline/data, see
+make_hpz.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 import pytest
 
 DATA = Path(__file__).resolve().parent / "data"
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SCENARIO26_TRACE = ROOT / "examples" / "traces" / "scenario26_hpz.jsonl"
 PP = "/opt/venv/lib/python3.11/site-packages/deepspeed/runtime/zero/partition_parameters.py"
 

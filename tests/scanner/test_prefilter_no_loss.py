@@ -63,5 +63,5 @@ def test_the_prefilter_loses_nothing_on_the_installed_torch_distributed():
 def test_the_prefilter_loses_nothing_on_deepspeed_0_13_4(sdist):
     with_prefilter, with_full_facts, passed_over = _findings_both_ways(sdist("deepspeed", "0.13.4"), "deepspeed")
     assert with_prefilter == with_full_facts
-    assert len(with_prefilter) >= 6  # the hpZ findings and their siblings (tests/test_deepspeed_all_rules.py)
+    assert len(with_prefilter) >= 6  # the hpZ findings and their siblings (tests/scanner/test_deepspeed_all_rules.py)
     assert passed_over >= 300

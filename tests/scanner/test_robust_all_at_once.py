@@ -1,10 +1,10 @@
 """Issue 19, "what it must show": one scan of a tree holding every bad scanner input of the table next to the hpZ
-example (the traces' counterpart, one report of every bad trace, is in tests/report/test_robust_traces.py).
+example (the traces' counterpart, one report of every bad trace, is in tests/instrument/offline/test_robust_traces.py).
 
 The scan exits 1, keeps the example's SC101, gives exactly one SC001 per bad file or folder, prints no traceback,
 and says the same on the next run after its cache was damaged (D9). Rows not in the tree: D5 and D19 (pyproject
-parsing, helper "adopt": a bad pyproject rightly stops a scan with exit 2), D6 (tests/scan/test_robust_engine.py:
-xfail until the engine rewrite), D10 (test_robust_pool.py), D18 and D20 (runtime; tests/runtime, tests/report).
+parsing, helper "adopt": a bad pyproject rightly stops a scan with exit 2), D6 (tests/scanner/test_robust_engine.py:
+xfail until the engine rewrite), D10 (test_robust_pool.py), D18 and D20 (runtime; tests/instrument).
 """
 
 from __future__ import annotations

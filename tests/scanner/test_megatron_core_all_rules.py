@@ -23,7 +23,7 @@ from streamcheck.cli import main
 pytestmark = pytest.mark.network
 
 NAME, VERSION = "megatron-core", "0.16.1"
-CACHE = Path(__file__).resolve().parents[1] / ".cache" / "sdists"
+CACHE = Path(__file__).resolve().parents[2] / ".cache" / "sdists"
 
 
 def unpacked_wheel(name: str, version: str) -> Path:

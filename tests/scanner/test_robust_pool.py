@@ -23,7 +23,7 @@ DRIVER = textwrap.dedent("""
     sys.path.insert(0, sys.argv[2])
     from streamcheck.scanner import driver
     from streamcheck.scanner.config import ScanConfig
-    from scan import fake_rules
+    from scanner import fake_rules
 
     def slow_extract(source, path, options):
         time.sleep(60)

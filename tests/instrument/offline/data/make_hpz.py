@@ -1,6 +1,7 @@
-"""Writes the hpZ test data of tests/report: two ranks' traces and the findings files the watch writes from them.
+"""Writes the hpZ test data of tests/instrument/offline: two ranks' traces and the findings files the watch writes
+from them.
 
-    python tests/report/data/make_hpz.py        # rewrites hpz-trace-rank{0,1}.jsonl and streamcheck-rank{0,1}.jsonl
+    python tests/instrument/offline/data/make_hpz.py  # rewrites hpz-trace-rank{0,1}.jsonl and streamcheck-rank{0,1}.jsonl
 
 The traces are synthetic: the event sequence the runtime records for two training steps of DeepSpeed 0.13.4's hpZ
 (ZeRO-3, hpz=2, one layer's parameter shown), with the real DeepSpeed 0.13.4 file names, line numbers and source
@@ -17,7 +18,7 @@ The findings files are what `streamcheck.watch()` writes for these races: a head
 
 The committed files come from an earlier detector, which reported a FREE race at the free itself (today's
 detector reports it at the pool stream's next work, issue 15), plus `extra.streams` added by hand where the watch
-now writes it; running this script rewrites them with today's detector, and the tests of tests/report pin the
+now writes it; running this script rewrites them with today's detector, and the tests of tests/instrument/offline pin the
 committed ones.
 """
 
