@@ -218,6 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--package", action="append", help="only this target (repeatable)")
     parser.add_argument("--limit", type=int, default=0, help="only the first N sites of each target")
     parser.add_argument("--offset", type=int, default=0, help="skip the first N sites of each target (to split a run)")
+    parser.add_argument("--path", action="append", help="only the sites of files whose path contains this text")
     parser.add_argument("--rescore", type=Path, help="score a saved run's output again (no scan)")
     args = parser.parse_args(argv)
     targets = [t for t in TARGETS if not args.package or t.name in args.package]
@@ -237,7 +238,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.rescore:
             outcomes = saved.get(target.name, [])
         else:
-            sites = sorted((path, line) for name, path, line in listed if name == target.name)[args.offset:]
+            sites = sorted((path, line) for name, path, line in listed if name == target.name
+                           and (not args.path or any(text in path for text in args.path)))[args.offset:]
             outcomes = measure(target, sites[:args.limit] if args.limit else sites, CACHE)
         totals = [a + b for a, b in zip(totals, summary(target.name, outcomes, harmless))]
     sites, flagged, harmless_total = totals

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from .facts import NO_REGION, AsyncCopy, AsyncWork, FileFacts, FunctionFacts, Placement, Use
 from .extract import elements
 from .options import matches_name
+from .travelling_handles import held_through, travelling_fields
 
 if TYPE_CHECKING:
     from .extract import _FactsVisitor
@@ -337,8 +338,8 @@ class HazardCollector:
             for elt in _stored(value):
                 if isinstance(elt, (ast.Name, ast.Attribute, ast.Subscript)) or _is_view_call(elt, self.view_methods):
                     aliased = self._mark(elt)
-                    if aliased:
-                        self._use(aliased, "escape", elt)
+                    if aliased:  # arg: where it went, when that is one path (a handle and its buffer travel)
+                        self._use(aliased, "escape", elt, single or "")
         dropped = isinstance(value, ast.Constant) and value.value is None
         # `p.data = p._mp_param`: a swap between tensors the object holds, the old storage is kept too; a new
         # tensor from elsewhere (`p.grad.data = bucket_view`) drops it.
@@ -452,8 +453,10 @@ class HazardCollector:
     # --- end of file ----------------------------------------------------------------------------------------------
     def finish(self, facts: FileFacts) -> None:
         """Keep only the uses and placements a hazard rule can look at, and the source lines they point to."""
+        travelling = travelling_fields(facts.functions)
         for fn in facts.functions:
             interesting = {p for c in fn.async_copies for p in (c.dst, c.src) if p}
+            interesting.update(held_through(fn, travelling))
             interesting.update(p for w in fn.async_works for p in w.tensors + (w.handle,) if p)
             interesting.update(u.path for u in fn.uses if u.region != NO_REGION)
             # Released or held for a stream here: the function may run inside a caller's region (SC104).

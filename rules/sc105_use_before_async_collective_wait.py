@@ -11,6 +11,7 @@ from .facts import AsyncWork
 from .hazard_flow import uses_after
 from .program import Function, Program
 from .rule import Rule, location
+from .travelling_handles import TravellingTouch, travelling_touches
 
 TOUCHES = frozenset({"read", "write", "host", "stream"})
 _waiting_memo: "WeakKeyDictionary[Program, dict]" = WeakKeyDictionary()
@@ -24,7 +25,10 @@ class UseBeforeAsyncCollectiveWait(Rule):
         whose tensor the same function reads or writes before the returned handle is waited: `work.wait()`,
         also for handles appended to a list and waited in a loop (`for h in handles: h.wait()`). A call in
         between whose exactly resolved callee waits a handle counts as the wait. A dropped handle can never be
-        waited, so any later use counts.
+        waited, so any later use counts. A handle stored on an object beside its buffer (`req.work = work;
+        req.out = out`, or `self._work` beside `self._out`) travels with it: another function of the file (of
+        the class, for `self.`) that mentions the handle's field and touches the buffer's field (or a name bound
+        from it) before waiting the handle is reported too (torchrec's `Request` in autograd's backward).
 
     Why it is bad:
         An async collective runs on the communication library's stream; the calling stream does not wait for it
@@ -108,9 +112,59 @@ class Reducer:
     def finish(self):
         self.work.wait()
 """,
+        # The travelling handle is waited before its buffer is read.
+        """
+import torch.distributed as dist
+
+class AllToAll:
+    def forward(ctx, req, out, inp, group):
+        work = dist.all_to_all_single(out, inp, group=group, async_op=True)
+        req.work = work
+        req.out = out
+        ctx.req = req
+
+    def backward(ctx):
+        req = ctx.req
+        req.work.wait()
+        req.work = None
+        grad = req.out
+        req.out = None
+        return grad.div_(2)
+""",
     ]
 
     INVALID = [
+        # The handle travels beside its buffer; the backward clears it without waiting (torchrec's Request).
+        """
+import torch.distributed as dist
+
+class AllToAll:
+    def forward(ctx, req, out, inp, group):
+        work = dist.all_to_all_single(out, inp, group=group, async_op=True)
+        req.work = work
+        req.out = out
+        ctx.req = req
+
+    def backward(ctx):
+        req = ctx.req
+        req.work = None
+        grad = req.out
+        req.out = None
+        return grad.div_(2)  # expect: SC105
+""",
+        """
+import torch.distributed as dist
+
+class SizesAwaitable:
+    def __init__(self, sizes, send, group):
+        self._sizes = sizes
+        self._work = dist.all_to_all_single(self._sizes, send, group=group, async_op=True)
+
+    def wait(self):
+        if self._work is None:
+            return []
+        return self._sizes.tolist()  # expect: SC105
+""",
         """
 import torch.distributed as dist
 
@@ -149,6 +203,28 @@ def gather(out, shard, group):
                     finding = self._first_touch(program, function, work, tensor)
                     if finding is not None:
                         yield finding
+        for touch in travelling_touches(program):
+            if not _waited_by_call(program, touch.function, touch.function.facts.line, touch.use.line):
+                yield self._travelling(touch)
+
+    def _travelling(self, touch: TravellingTouch) -> Finding:
+        use, work, facts = touch.use, touch.travel.work, touch.function.facts
+        verb = "written" if use.how == "write" else "read"
+        launched = touch.launcher.facts.qualname
+        return Finding(
+            rule=self.id,
+            message=(f"`{touch.buffer}` is {verb} while the async `{work.op}` that {launched} launched on it may "
+                     f"still be using it: `{touch.handle}`, its handle, is not waited before"),
+            primary=location(touch.function, use.line, use.column, ROLE_WRITE if use.how == "write" else ROLE_READ,
+                             f"{use.arg or 'use'} of `{use.path}` in {facts.qualname}"),
+            related=(location(touch.launcher, work.line, work.column, ROLE_CALL,
+                              f"{work.op}(..., async_op=True), stored as `.{touch.travel.handle_field}` "
+                              f"beside `.{touch.travel.buffer_field}`"),),
+            fix=f"Call `{touch.handle}.wait()` before line {use.line}.",
+            kind="WAR" if use.how == "write" else "RAW",
+            symbol=facts.qualname,
+            extra={"path": touch.buffer, "handle": touch.handle, "collective": work.op},
+        )
 
     def _first_touch(self, program: Program, function: Function, work: AsyncWork, tensor: str) -> Finding | None:
         facts = function.facts

@@ -39,6 +39,7 @@ ONE_GPU = {
     "wrong_wait": ("SC201", "RAW"),
     "input_not_waited": ("SC201", "RAW"),
     "result_not_waited": ("SC201", "RAW"),
+    "handle_travels": ("SC201", "RAW"),  # one-rank NCCL
     "compiled_write": ("SC201", "RAW"),
     "graph_replay": ("SC201", "RAW"),
     "free_then_reuse": ("SC202", "FREE"),

@@ -24,6 +24,8 @@ PAIRS = {
     "input_not_waited": ("SC101", "RAW", "race", "switch"),
     # A result read outside the function (the caller's `race` line is not in the finding: outside_consumers.py)
     "result_not_waited": ("SC101", "RAW", "earlier", "switch"),
+    # An async collective's handle stored beside its buffer, read elsewhere unwaited (travelling_handles.py)
+    "handle_travels": ("SC105", "RAW", "race", "earlier"),
 }
 
 

@@ -1,0 +1,134 @@
+"""Async handles that travel with their buffers: `req.req = work; req.tensor = out`, waited in another function.
+
+An `async_op=True` collective's handle is often stored on an object beside the buffer it writes (torchrec's
+`Request`: `myreq.req = req; myreq.tensor = out`; `self._work = dist.all_to_all_single(self._out, ...)`), and a
+later function (autograd's backward, an awaitable's `wait`) waits the handle through that object and then reads
+the buffer. The pair of attribute names (here `req` and `tensor`) is what travels: a function that reaches the
+buffer through an object's field and mentions the handle's field of the same object (it checks, clears or waits
+it) must wait it before the buffer is touched.
+
+The extraction keeps, for each file, the uses of the fields its own launches store (`travelling_fields`,
+`held_through`); the query (`travelling_touches`) pairs them across the file's functions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterable, Iterator
+
+from .collectives import outputs_of
+from .facts import AsyncWork, FunctionFacts, Use
+
+if TYPE_CHECKING:
+    from .program import Function, Program
+
+TOUCHES = frozenset({"read", "write", "host", "stream"})
+
+
+@dataclass(frozen=True)
+class Travel:
+    """One async collective's handle and one of its tensors, stored under one object's two fields."""
+
+    handle_field: str  # `req` (or `_work` for a `self.` object)
+    buffer_field: str  # `tensor`
+    on_self: bool  # stored on `self`: only the methods of the launching class reach it
+    work: AsyncWork
+    tensor: str  # the tensor as the launch names it
+
+
+def split_root(path: str) -> tuple[str, str]:
+    """`myreq.req` -> ("myreq", "req"); a plain name has no field."""
+    root, _, field = path.partition(".")
+    return root, field
+
+
+def _destinations(fn: FunctionFacts, path: str) -> set[str]:
+    """Where `path` is stored as a whole (`obj.f = path`), and itself, when those are fields of an object."""
+    found = {path} | {u.arg for u in fn.uses if u.path == path and u.how == "escape" and u.arg}
+    return {p for p in found if split_root(p)[1] and "[" not in p}
+
+
+def travels_in(fn: FunctionFacts) -> list[Travel]:
+    travels = []
+    for work in fn.async_works:
+        if not work.handle:
+            continue
+        for handle in sorted(_destinations(fn, work.handle)):
+            for tensor in work.tensors:
+                for buffer in sorted(_destinations(fn, tensor)):
+                    (h_root, h_field), (b_root, b_field) = split_root(handle), split_root(buffer)
+                    if h_root == b_root and h_field != b_field:
+                        travels.append(Travel(h_field, b_field, h_root in ("self", "cls"), work, tensor))
+    return travels
+
+
+def travelling_fields(functions: Iterable[FunctionFacts]) -> set[str]:
+    """The fields of a file's travelling handles and their buffers (before the extraction drops uses)."""
+    return {field for fn in functions for t in travels_in(fn) for field in (t.handle_field, t.buffer_field)}
+
+
+def held_through(fn: FunctionFacts, fields: set[str]) -> set[str]:
+    """The paths of `fn` that reach one of `fields`, and the local names bound from them (`g = req.tensor`,
+    `v = g.view(-1)`): the uses the travelling-handle query needs kept."""
+    if not fields:
+        return set()
+    held = {u.path for u in fn.uses if split_root(u.path)[1] in fields}
+    while True:
+        aliases = {u.arg for u in fn.uses if u.path in held and u.how == "escape" and u.arg
+                   and "." not in u.arg} - held
+        if not aliases:
+            return held
+        held |= aliases
+
+
+@dataclass(frozen=True)
+class TravellingTouch:
+    """A touch of a travelling buffer, in a function that reaches the handle too but has not waited it."""
+
+    function: "Function"
+    use: Use  # the touch (of the buffer's path or of a local bound from it)
+    buffer: str  # the buffer's path in this function (`myreq.tensor`)
+    handle: str  # the handle's path in this function (`myreq.req`)
+    travel: Travel
+    launcher: "Function"
+
+
+def travelling_touches(program: "Program") -> Iterator[TravellingTouch]:
+    launches = [(fn, travel) for fn in program.functions.values() for travel in travels_in(fn.facts)]
+    if not launches:
+        return
+    for function in program.functions.values():
+        for launcher, travel in launches:
+            if function is launcher or function.file is not launcher.file:
+                continue
+            if travel.on_self and function.owner != launcher.owner:
+                continue
+            touch = _first_unwaited_touch(function, travel)
+            if touch is not None:
+                yield TravellingTouch(function, *touch, travel, launcher)
+
+
+def _first_unwaited_touch(function: "Function", travel: Travel) -> tuple[Use, str, str] | None:
+    uses = sorted(function.facts.uses, key=lambda u: (u.line, u.column))
+    roots = {split_root(u.path)[0] for u in uses if split_root(u.path)[1] == travel.handle_field}
+    if travel.on_self:
+        roots &= {"self", "cls"}
+    for root in sorted(roots):
+        handle, buffer = f"{root}.{travel.handle_field}", f"{root}.{travel.buffer_field}"
+        names = {buffer}
+        bound_at: dict[str, int] = {}
+        for use in uses:
+            if use.path == handle and use.how == "wait":
+                break  # waited before any touch
+            if use.path in names and use.how in ("rebind", "free"):
+                if (use.start_line or use.line) <= bound_at.get(use.path, -1) <= use.line:
+                    continue  # the binding that made it an alias
+                names.discard(use.path)  # a new buffer (or none) there; the names bound from it keep the old one
+                continue
+            if use.path in names and use.how == "escape" and use.arg and "." not in use.arg:
+                names.add(use.arg)  # `g = req.tensor`: g is the buffer too
+                bound_at[use.arg] = use.line
+                continue
+            if use.path in names and use.how in TOUCHES:
+                return use, buffer, handle
+    return None
