@@ -5,6 +5,7 @@ loading a half when a command needs it) and under `if TYPE_CHECKING:` do not cou
 from __future__ import annotations
 
 import ast
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,3 +72,19 @@ def test_the_torch_free_parts_reach_neither_torch_nor_libcst_at_load_time():
                     seen.add(target)
                     stack.append(target)
     assert reached == {}
+
+
+def test_the_runtime_half_never_imports_libcst():
+    graph = modules()
+    assert [m for m in graph if layer(m) == "instrument" and any(t.split(".")[0] == "libcst" for t in graph[m])] == []
+
+
+def test_every_folder_of_the_distribution_is_checked():
+    """A folder added to pyproject's package-dir, or a package with Python modules, is in the graph the tests read."""
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
+    assert setuptools["package-dir"] == FOLDERS
+    graph = modules()
+    # native_hook holds the hook's C++ sources (package data), no Python module
+    assert [package for package in setuptools["packages"] if package not in graph] == [
+        "streamcheck.instrument.native_hook"]
+    assert {layer(m) for m in graph} == set(ALLOWED)
