@@ -9,7 +9,7 @@ import ast
 from .extract_names import COPYING_METHODS, HOST_ONLY_FUNCTIONS, NOT_PRODUCERS, PRODUCING_METHODS
 from .extract_paths import access_path, dotted, elements
 from .facts import MODULE_SCOPE, NO_REGION, AttrFunction
-from .torch_api import TORCH_FUNCTIONS
+from .torch_api import NN_FUNCTIONS, TORCH_FUNCTIONS
 
 ALIAS = "="  # the op of a binding recorded as where an attribute's tensor comes from (see visit_Assign)
 
@@ -47,6 +47,21 @@ class Bindings(ast.NodeVisitor):
             # for later: a binding (op ALIAS) that tells where the attribute's tensor comes from, not a kernel's
             # write any race is paired with.
             self._access("write", target, *end, ALIAS, at=end, fresh=True)
+        elif self._awaited_in_region(target, node.value):
+            # `data = request.wait()` inside `with stream(s):` (torchrec's input dist): the awaited work ends on s,
+            # so what it hands back is s's to order, like a kernel's output.
+            self._access("write", target, *end, "wait", at=end, fresh=True)
+
+    def _awaited_in_region(self, target: ast.AST, value: ast.AST) -> bool:
+        """A local bound inside a stream region to what an awaitable's `wait()` returns (an event's or a
+        stream's wait returns nothing; a work handle's is not bound)."""
+        if self.region == NO_REGION or not isinstance(target, ast.Name) or not isinstance(value, ast.Call):
+            return False
+        func = value.func
+        if not isinstance(func, ast.Attribute) or func.attr != "wait":
+            return False
+        receiver = dotted(func.value).lower()
+        return not any(word in receiver for word in ("event", "stream", "work", "handle", "fut"))
 
     def _bound_in_region(self, target: ast.AST, value: ast.AST) -> bool:
         """An attribute bound inside a stream region to a path, or to what a call returns, unless the call only
@@ -79,7 +94,7 @@ class Bindings(ast.NodeVisitor):
         if not value.args or not isinstance(value.args[0], (ast.Name, ast.Attribute, ast.Subscript, ast.List,
                                                               ast.Tuple, ast.ListComp)):
             return False  # a factory (`torch.zeros(n)`): initialization, not a producer of data another stream awaits
-        return last in TORCH_FUNCTIONS and last not in NOT_PRODUCERS
+        return (last in TORCH_FUNCTIONS or last in NN_FUNCTIONS) and last not in NOT_PRODUCERS
 
     def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
         self._note_self_assigns([node.target])

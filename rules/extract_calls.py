@@ -4,6 +4,7 @@ tensors it reads or writes. A part of extract.py's visitor."""
 from __future__ import annotations
 
 import ast
+import builtins
 
 from .collectives import TENSOR_KEYWORDS, Outputs, outputs_of
 from .extract_names import (
@@ -21,6 +22,8 @@ from .extract_paths import access_path, arg_text, dotted, elements, index_of
 from .facts import Access, Call, Sync
 from .options import matches_name
 from .torch_api import INIT_FUNCTIONS, TENSOR_INPLACE_METHODS, TENSOR_METHODS
+
+PYTHON_BUILTINS = frozenset(name for name in dir(builtins) if not name.startswith("_"))
 
 
 class CallsAndAccesses(ast.NodeVisitor):
@@ -84,6 +87,7 @@ class CallsAndAccesses(ast.NodeVisitor):
         if not collective and self._is_distributed(callee):
             return  # `dist.get_world_size(group)`, `dist.barrier()`: process groups and ranks, no tensor data
         if not (collective or tensor_method or self._is_torch_function(callee)):
+            self._handed_off(node, line, col, last)
             return  # a hand-off to other code: what the callee does with it is the callee's (summaries.py)
         # The table's argument positions are those of the communication libraries' functions (`dist.x`, a name
         # imported from one); a method of the same name (`params.all_gather_coalesced()`) has its own.
@@ -98,6 +102,20 @@ class CallsAndAccesses(ast.NodeVisitor):
             if kw.arg not in (None, "out") and (not collective or kw.arg in TENSOR_KEYWORDS):
                 self._argument(kw.value, line, col, last, collective, written,
                                kw.arg in written.keywords if written else False)
+
+    def _handed_off(self, node: ast.Call, line: int, col: int, callee: str) -> None:
+        """A local this function wrote, handed to other code (`self._module.compute(ctx, data)`): read by it on
+        the stream current at the call. Only locals written here (a kernel's output, an awaited result), so the
+        pair stays in this function; never a builtin (`len(x)`, `isinstance(x, T)`), a logger, or a constructor
+        (`Batch(x, y)` stores them for whoever takes the object: the hand-off is that one's)."""
+        receiver = dotted(node.func.value).rsplit(".", 1)[-1] if isinstance(node.func, ast.Attribute) else ""
+        if callee in PYTHON_BUILTINS or callee.lstrip("_")[:1].isupper() or receiver in ("logger", "logging") \
+                or callee.startswith(("log", "warn", "print", "assert")):
+            return
+        written = {a.path for a in self.fn.accesses if a.kind == "write" and "." not in a.path}
+        for arg in list(node.args) + [k.value for k in node.keywords if k.arg]:
+            if isinstance(arg, ast.Name) and arg.id in written:
+                self._access("read", arg, line, col, callee)
 
     def _argument(self, arg: ast.AST, line: int, col: int, op: str, collective: bool, written: Outputs | None,
                   is_output: bool) -> None:

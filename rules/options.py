@@ -12,7 +12,7 @@ import json
 from dataclasses import asdict, dataclass, fields
 
 # Calls whose result, used in a `with`, makes the body run on another stream.
-DEFAULT_STREAM_CONTEXTS = ("stream", "StreamContext")
+DEFAULT_STREAM_CONTEXTS = ("stream", "StreamContext", "stream_context", "_stream_context")  # torchrec's helpers too
 
 # Calls that hand tensors to a communication library (a consumer that runs on its own stream).
 DEFAULT_COLLECTIVES = (

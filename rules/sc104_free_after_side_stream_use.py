@@ -7,6 +7,7 @@ from typing import Iterable
 from streamcheck.findings import ROLE_FREE, ROLE_READ, ROLE_STREAM_CONTEXT, Finding
 
 from .facts import NO_REGION, Region, Use
+from .free_after_handoff import frees_after_handoff
 from .hazard_flow import host_blocked_between, stream_ordered_between, uses_after
 from .program import CURRENT_STREAM, Function, Program
 from .rule import Rule, location
@@ -30,6 +31,12 @@ class FreeAfterSideStreamUse(Rule):
         never calls `x.record_stream(...)` and no `wait_stream` / `wait_event` / synchronize lies between the
         region and the release. A `self.` attribute that some method of the class assigns inside a region of the
         same stream is taken as allocated on that stream (its release there is ordered).
+
+        The other direction too (free_after_handoff.py): a tensor allocated inside the region (a kernel's
+        output, what an awaitable's `wait()` hands back there), handed over after it (the current stream waits for
+        the side stream) and read on the current stream (by a device op, or by code it is passed to), with no
+        `record_stream(current_stream())` in the function, when the side stream never waits for the current
+        stream anywhere in the program.
 
     Why it is bad:
         The caching allocator remembers only the stream a block was allocated on. Once the tensor is freed, the
@@ -147,9 +154,44 @@ class Reducer:
         param.grad.record_stream(torch.cuda.current_stream())
         param.grad = None
 """,
+        # Made on the side stream, used on the current stream, recorded for it (torchrec's pipelines).
+        """
+import torch
+
+def take(side, request, module):
+    with torch.cuda.stream(side):
+        batch = request.wait()
+    torch.cuda.current_stream().wait_stream(side)
+    batch.record_stream(torch.cuda.current_stream())
+    return module.forward(batch)
+""",
+        # ... or the side stream waits for the current one before its next work (a prefetcher's next copy).
+        """
+import torch
+
+class Prefetcher:
+    def take(self, batch):
+        with torch.cuda.stream(self.side):
+            staged = batch.float()
+        torch.cuda.current_stream().wait_stream(self.side)
+        return staged.sum()
+
+    def start_next(self):
+        self.side.wait_stream(torch.cuda.current_stream())
+""",
     ]
 
     INVALID = [
+        # Made on the side stream and handed to the current stream without `record_stream`.
+        """
+import torch
+
+def take(side, request, module):
+    with torch.cuda.stream(side):
+        batch = request.wait()
+    torch.cuda.current_stream().wait_stream(side)
+    return module.forward(batch)  # expect: SC104
+""",
         # A multi-line release is reported where its statement starts (torch DDP's `_root_copy_hook`).
         """
 import torch
@@ -258,6 +300,7 @@ class Reducer:
                     finding = self._release(program, function, index, region, path, first_use, context)
                     if finding is not None:
                         yield finding
+        yield from frees_after_handoff(program, self.id)
 
     def _release(self, program: Program, function: Function, index: int, region: Region, path: str,
                  first_use: Use, context) -> Finding | None:
@@ -333,9 +376,7 @@ def _called_on_one_side_stream(program: Program, function: Function):
 def _bound_on_stream(program: Program, function: Function, path: str, stream: str) -> bool:
     """Whether some method of the class assigns `path` a new tensor inside a region of `stream`: then it is
     allocated on that stream and its release there is ordered by the stream itself."""
-    for other in program.functions.values():
-        if other.file is not function.file or other.owner != function.owner:
-            continue
+    for other in program.functions_of_class(function):
         for use in other.facts.uses:
             if use.path == path and use.how == "rebind" and use.arg != "None" and use.region >= 0 \
                     and program.stream_id(other, other.facts.regions[use.region]) == stream:

@@ -220,10 +220,13 @@ def gather(out, shard, group):
             related=(location(touch.launcher, work.line, work.column, ROLE_CALL,
                               f"{work.op}(..., async_op=True), stored as `.{touch.travel.handle_field}` "
                               f"beside `.{touch.travel.buffer_field}`"),),
-            fix=f"Call `{touch.handle}.wait()` before line {use.line}.",
+            fix=f"Call `{touch.handle}.wait()` before line {touch.first_mention[0]}, where the handle first turns up.",
             kind="WAR" if use.how == "write" else "RAW",
             symbol=facts.qualname,
-            extra={"path": touch.buffer, "handle": touch.handle, "collective": work.op},
+            extra={"path": touch.buffer, "handle": touch.handle, "collective": work.op,
+                   "fix_edit": {"path": touch.function.file.path, "line": touch.first_mention[0],
+                                "column": touch.first_mention[1], "insert": f"{touch.handle}.wait()", "safe": True,
+                                "description": "insert `{statement}` before the handle is first used"}},
         )
 
     def _first_touch(self, program: Program, function: Function, work: AsyncWork, tensor: str) -> Finding | None:

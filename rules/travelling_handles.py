@@ -16,7 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Iterator
 
-from .collectives import outputs_of
 from .facts import AsyncWork, FunctionFacts, Use
 
 if TYPE_CHECKING:
@@ -91,6 +90,7 @@ class TravellingTouch:
     handle: str  # the handle's path in this function (`myreq.req`)
     travel: Travel
     launcher: "Function"
+    first_mention: tuple[int, int]  # where the function first mentions the handle: the wait goes before it
 
 
 def travelling_touches(program: "Program") -> Iterator[TravellingTouch]:
@@ -105,7 +105,11 @@ def travelling_touches(program: "Program") -> Iterator[TravellingTouch]:
                 continue
             touch = _first_unwaited_touch(function, travel)
             if touch is not None:
-                yield TravellingTouch(function, *touch, travel, launcher)
+                use, buffer, handle = touch
+                mentions = [(u.start_line or u.line, u.start_column or u.column) for u in function.facts.uses
+                            if u.path == handle]
+                first = min(mentions + [(use.start_line or use.line, use.start_column or use.column)])
+                yield TravellingTouch(function, use, buffer, handle, travel, launcher, first)
 
 
 def _first_unwaited_touch(function: "Function", travel: Travel) -> tuple[Use, str, str] | None:

@@ -39,6 +39,11 @@ EXPECTED = {
                          "with torch.cuda.stream(self.side):", True),
     # A result handed out: the current stream waits for the side stream, right after the `with`.
     "result_not_waited": ("        torch.cuda.current_stream().wait_stream(self.stream)", "return self.staged", True),
+    # A travelling handle: waited where the reader first turns to it.
+    "handle_travels": ("    req.work.wait()", "req.work = None", True),
+    # Made on a side stream, read on the current one: recorded for it before the read.
+    "handoff_without_record_stream": ("    batch.record_stream(torch.cuda.current_stream())", "total = batch.sum()",
+                                      True),
 }
 # Fixed twins the static rules still report (an engine false positive, the lead's to fix): only racy.py is fixed.
 FIXED_TWIN_REPORTED: set[str] = set()

@@ -40,6 +40,7 @@ ONE_GPU = {
     "input_not_waited": ("SC201", "RAW"),
     "result_not_waited": ("SC201", "RAW"),
     "handle_travels": ("SC201", "RAW"),  # one-rank NCCL
+    "handoff_without_record_stream": ("SC202", "FREE"),
     "compiled_write": ("SC201", "RAW"),
     "graph_replay": ("SC201", "RAW"),
     "free_then_reuse": ("SC202", "FREE"),

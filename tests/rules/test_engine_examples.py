@@ -26,6 +26,8 @@ PAIRS = {
     "result_not_waited": ("SC101", "RAW", "earlier", "switch"),
     # An async collective's handle stored beside its buffer, read elsewhere unwaited (travelling_handles.py)
     "handle_travels": ("SC105", "RAW", "race", "earlier"),
+    # Made on a side stream, read on the current one after a wait, never recorded for it (free_after_handoff.py)
+    "handoff_without_record_stream": ("SC104", "FREE", "earlier", "made"),
 }
 
 

@@ -27,8 +27,19 @@ def test_a_batch_copied_on_the_copy_stream_and_used_on_the_current_one():
 
 
 def test_the_current_stream_waits_for_the_copy_stream():
+    kept = PREFETCH.replace("{wait}", "torch.cuda.current_stream().wait_stream(self.copy_stream)\n"
+                                      "            batch.record_stream(torch.cuda.current_stream())")
+    assert findings_of({"m.py": kept}) == []
+    # Waited but not recorded for the current stream: the read is ordered, the block's reuse by the copy stream
+    # is not (free_after_handoff.py).
     waited = PREFETCH.replace("{wait}", "torch.cuda.current_stream().wait_stream(self.copy_stream)")
-    assert findings_of({"m.py": waited}) == []
+    [finding] = findings_of({"m.py": waited})
+    assert (finding.rule, finding.kind, finding.primary.line) == ("SC104", "FREE", line_of(waited, "return model"))
+    assert [(r.role, r.line) for r in finding.related] == [
+        ("write", line_of(waited, "batch = host")), ("stream context", line_of(waited, "with torch.cuda"))]
+    assert {k: v for k, v in finding.extra.items() if k != "fix_edit"} == {
+        "path": "batch", "stream": "self.copy_stream", "allocated_on": "self.copy_stream"}
+    assert finding.extra["fix_edit"]["insert"] == "batch.record_stream(torch.cuda.current_stream())"
     # The wait in the other direction orders nothing for the read.
     backwards = PREFETCH.replace("{wait}", "self.copy_stream.wait_stream(torch.cuda.current_stream())")
     assert [f.rule for f in findings_of({"m.py": backwards})] == ["SC101"]

@@ -1,0 +1,97 @@
+"""Memory made on a side stream and handed to the current stream without `record_stream(current)` (SC104's other
+direction).
+
+The caching allocator gives a block back to the stream it was allocated on as soon as the tensor is freed; it does
+not know that another stream still has kernels queued on it. A tensor made inside `with stream(s):` (a kernel's
+output, what an awaitable hands back there), handed over to the current stream (it waits for s) and read there
+(by a device op, or by other code it is passed to) needs `t.record_stream(current_stream())` after that use, or
+the free may hand the block to s's next allocation while the current stream still reads it. The torchrec pipelines call
+`record_stream` on every batch and context they take over for exactly this reason.
+
+When s waits for the current stream after the read, or in another function (a prefetcher's
+`side.wait_stream(current)` at the start of the next copy), its next allocation's work is ordered after the
+current stream's earlier reads: that is not reported.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from streamcheck.findings import ROLE_READ, ROLE_STREAM_CONTEXT, ROLE_WRITE, Finding
+
+from .facts import NO_REGION, Access
+from .orderings import orderings_of, waits_for
+from .program import CURRENT_STREAM, Function, Program
+from .rule import location
+from .streams import HOST, UNKNOWN, as_code
+
+def frees_after_handoff(program: Program, rule_id: str) -> Iterable[Finding]:
+    for function in program.functions.values():
+        facts = function.facts
+        recorded = {u.path for u in facts.uses if u.how == "record_stream"}
+        for made in facts.accesses:
+            if made.kind != "write" or not made.fresh or made.region == NO_REGION or "." in made.path \
+                    or made.path in recorded or made.owner:
+                continue
+            region = facts.regions[made.region]
+            stream = program.stream_id(function, region)
+            if stream in (CURRENT_STREAM, UNKNOWN):
+                continue
+            use = _first_use_on_current(function, made, region.end_line)
+            # Handed over (the current stream waits first) but not kept alive for it: without the wait, the
+            # missing edge is the read's (SC101), the lifetime comes second.
+            if use is None or not _current_waits_between(program, function, stream, region.end_line, use.line):
+                continue
+            if not _waits_for_current_later(program, function, stream, use.line):
+                yield _finding(rule_id, function, made, region, use)
+
+
+def _first_use_on_current(function: Function, made: Access, after: int) -> Access | None:
+    """The first read of the tensor after the region on the current stream (by a device op, or by other code it
+    is handed to), before the name is bound again. (A result only returned is the caller's to keep alive.)"""
+    facts = function.facts
+    rebound = min((u.line for u in facts.uses if u.path == made.path and u.how == "rebind" and u.line > after),
+                  default=facts.end_line + 1)
+    reads = [a for a in facts.accesses if a.kind == "read" and a.path == made.path and a.region == NO_REGION
+             and after < a.line < rebound]
+    return min(reads, key=lambda a: (a.line, a.column), default=None)
+
+
+def _current_waits_between(program: Program, function: Function, stream: str, start: int, end: int) -> bool:
+    """Whether the current stream (or the host) waits for `stream` between the two lines."""
+    return any(start < o.line < end and o.waiter in (CURRENT_STREAM, HOST) and waits_for(program, o, stream)
+               for o in orderings_of(program, function))
+
+
+def _waits_for_current_later(program: Program, function: Function, stream: str, line: int) -> bool:
+    """Whether `stream` waits for the current stream after `line` in this function, or (an attribute's stream)
+    anywhere in another method (the next batch's copy starts with it): then the block's next user on that stream
+    comes after the read."""
+    waiting = program.memo("free_after_handoff.waits_for_current", lambda: {})
+    if stream not in waiting:
+        waiting[stream] = [(fn.id, o.line) for fn in program.functions.values() for o in orderings_of(program, fn)
+                           if o.waiter == stream and waits_for(program, o, CURRENT_STREAM)]
+    shared = "@" in stream  # a `self.` stream is the same one in the class's other methods; a local name is not
+    return any((fid != function.id and shared) or (fid == function.id and at > line) for fid, at in waiting[stream])
+
+
+def _finding(rule_id: str, function: Function, made: Access, region, use: Access) -> Finding:
+    facts, path, code = function.facts, made.path, as_code(region.stream)
+    used = f"read by `{use.op}`"
+    return Finding(
+        rule=rule_id,
+        message=(f"`{path}` is allocated on stream `{code}` and {used} on the current stream with no "
+                 f"`{path}.record_stream(current_stream())`: once it is freed, the allocator may give its memory "
+                 f"to `{code}`'s next allocation while the current stream still uses it"),
+        primary=location(function, use.line, use.column, ROLE_READ, f"used on the current stream in {facts.qualname}"),
+        related=(location(function, made.line, made.column, ROLE_WRITE, f"allocated by `{made.op}` on `{code}`"),
+                 location(function, region.line, region.column, ROLE_STREAM_CONTEXT, f"switches to `{code}`")),
+        fix=(f"Call `{path}.record_stream(torch.cuda.current_stream())` before or after the read at line {use.line} "
+             f"(the allocator then waits for the current stream's work before reusing the block)."),
+        kind="FREE",
+        symbol=facts.qualname,
+        extra={"path": path, "stream": region.stream, "allocated_on": code,
+               "fix_edit": {"path": function.file.path, "line": use.line, "column": use.column,
+                            "insert": f"{path}.record_stream(torch.cuda.current_stream())", "safe": True,
+                            "description": f"insert `{{statement}}` before the read at line {use.line}"}},
+    )
