@@ -96,7 +96,12 @@ class CallGraph:
     # --- indexing ----------------------------------------------------------------------------------------------
     def _index(self) -> None:
         self._module_of = _true_module_names(self.files)
+        # path -> last names of the file's nested functions and methods: the only plain names whose resolution
+        # depends on the calling scope
+        self._nested_names: dict[str, set[str]] = {}
         for file in self.files:
+            self._nested_names[file.path] = {fn.qualname.rsplit(".", 1)[1] for fn in file.functions
+                                             if "." in fn.qualname}
             self._by_module.setdefault(self._module_of[file.path], []).append(file)
             top = self._top_level.setdefault(file.path, {})
             class_names = {c.qualname for c in file.classes}
@@ -188,8 +193,9 @@ class CallGraph:
 
     def _resolve_name_in_file(self, file: FileFacts, name: str, scope: str) -> list[str]:
         """A (possibly dotted) name as seen from `scope` in `file` (memoized: every argument that is a name is
-        looked up as a possible callback, the same names again and again: 450 k lookups on vLLM)."""
-        key = (file.path, name, scope if "." not in name else "")
+        looked up as a possible callback, the same names again and again: 450 k lookups on vLLM). The scope only
+        matters for a plain name that some nested function or method of the file is called (see _resolve_name)."""
+        key = (file.path, name, scope if name in self._nested_names[file.path] else "")
         found = self._name_memo.get(key)
         if found is None:
             found = self._name_memo[key] = self._resolve_name(file, name, scope)
@@ -198,7 +204,7 @@ class CallGraph:
     def _resolve_name(self, file: FileFacts, name: str, scope: str) -> list[str]:
         head, _, tail = name.partition(".")
         if not tail:
-            parts = [] if scope == MODULE_SCOPE else scope.split(".")
+            parts = [] if scope == MODULE_SCOPE or head not in self._nested_names[file.path] else scope.split(".")
             while parts:
                 fid = f"{file.path}::{'.'.join(parts + [head])}"
                 if fid in self.functions:
@@ -364,13 +370,22 @@ class CallGraph:
         return visible
 
     def _build_edges(self) -> None:
-        for function in self.functions.values():
+        # A callee text resolves alike wherever the same file, class and (for a plain name) function call it:
+        # resolved once (vLLM: 284 k calls, 96 k distinct keys).
+        resolved: dict[tuple[str, str | None, str, str], list[tuple[str, bool]]] = {}
+        functions = self.functions
+        for function in functions.values():
             calls = self._calls_with_edges[function.id] = []
+            path, owner, scope = function.file.path, function.owner, function.facts.qualname
+            nested = self._nested_names[path]
             for call in function.facts.calls:
-                edges = []
-                for callee, exact in self.resolve(function, call):
-                    if callee in self.functions:
-                        edges.append(Edge(function.id, call, callee, exact))
+                callee = call.callee  # the owner only matters to self./cls./super() calls, the scope to nested names
+                key = (path, owner if callee.startswith(("self.", "cls.", "super().")) else None, callee,
+                       scope if callee in nested else "")
+                targets = resolved.get(key)
+                if targets is None:
+                    targets = resolved[key] = [(c, e) for c, e in self.resolve(function, call) if c in functions]
+                edges = [Edge(function.id, call, callee, exact) for callee, exact in targets]
                 for ref in () if call.callee in NO_CALLBACK_ARGS else call.func_args:
                     for callee in self._resolve_name_in_file(function.file, ref, function.facts.qualname):
                         if callee in self.functions and not callee.endswith(".__init__"):  # a class named, not called

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import time
 
 from streamcheck.findings import Finding, sorted_findings
@@ -22,11 +23,20 @@ def analyze(facts: list[FileFacts], options: StaticOptions, select: set[str] | N
     if not rules:
         return []
     started = time.perf_counter()
-    program = Program(facts, options)
-    built = time.perf_counter()
-    findings: list[Finding] = []
-    for rule in rules:
-        findings.extend(rule().check(program))
+    # The program's indexes and the rules' queries make few cycles but millions of objects, and each collection
+    # walks the young ones: without the collector for this phase vLLM 0.33.0 takes 4.8-5.5 s CPU instead of
+    # 6.9-7.0 s, with the same peak memory (the ~200 cycles left go at the next collection after it).
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        program = Program(facts, options)
+        built = time.perf_counter()
+        findings: list[Finding] = []
+        for rule in rules:
+            findings.extend(rule().check(program))
+    finally:
+        if collecting:
+            gc.enable()
     if timings is not None:
         timings["whole-program"] = built - started
         timings["rules"] = time.perf_counter() - built

@@ -75,10 +75,9 @@ def _placements_of_class(program: Program, function: Function) -> dict[str, list
     key = (function.file.path, function.owner)
     if key not in by_class:
         found: dict[str, list[Placement]] = {}
-        for other in program.functions.values():
-            if other.file is function.file and other.owner == function.owner:
-                for placement in other.facts.placements:
-                    found.setdefault(placement.path, []).append(placement)
+        for other in program.functions_of_class(function):
+            for placement in other.facts.placements:
+                found.setdefault(placement.path, []).append(placement)
         by_class[key] = found
     return by_class[key]
 
