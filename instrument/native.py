@@ -4,8 +4,9 @@ Same model as the dispatch mode (instrument/dispatch.py): a Python TorchDispatch
 launch-bound step before doing any work (every op's arguments go to Python and back). The C++ hook reads the same
 schema plans (op_table.py), computes the byte ranges and the current stream, and then:
 - with the C++ detector as the watch's sink (native_detector.py; the default without a trace file), feeds the op
-  to it directly (native_hook/fast_path.h) and takes the allocator's reports in C++ too (native_hook/gpu_trace.h):
-  Python is entered for a new thread, stream or site, a race to deliver, and the few ops below;
+  to it directly (native_hook/fast_path.h) and takes the GPU trace's reports in C++ too (native_hook/gpu_trace.h:
+  allocations, frees, event records / waits / destroys, synchronizations): Python is entered for a new thread,
+  stream or site, a race to deliver, a report from inside an op or a collective, and the few ops below;
 - otherwise (a trace is written, STREAMCHECK_DETECTOR=python, callbacks held back inside the op, a CUDA graph
   being captured), calls `NativeHooks.on_access` once per op that touched CUDA or pinned memory, with plain integers.
 Collectives and `record_stream` go to the same Python code as in the mode (`on_special`, with the op's arguments as
@@ -136,6 +137,7 @@ class NativeHooks:
                                     lambda: rec.sites.capture(2), None if memory_in_cpp else rec.fresh_blocks)
             rec.on_backward_change = native.set_backward
             rec.on_capture_change = native.set_capturing_graph
+            rec.on_streams_renamed = native.forget_streams
         rec.hold_callback = native.hold_callback
         rec.on_active_change = native.set_active
         native.watch_this_thread(True)
@@ -151,6 +153,7 @@ class NativeHooks:
         rec.hold_callback = None
         rec.on_backward_change = None
         rec.on_capture_change = None
+        rec.on_streams_renamed = None
         rec.fresh_block_source = None
         native.take_memory_reports(False)
         native.attach_fast_path(None, None, None, None, None, None)

@@ -65,6 +65,7 @@ class Recorder:
         # a backward() call beginning (its site) or ending (None), a CUDA graph capture starting or ending here.
         self.on_backward_change: Callable[[int | None], None] | None = None
         self.on_capture_change: Callable[[bool], None] | None = None
+        self.on_streams_renamed: Callable[[], None] | None = None  # alias_stream ran: names cached in C++ are stale
         self.on_error = on_error
         self.error: BaseException | None = None
         self.pending_raise: RaceError | None = None
@@ -147,6 +148,8 @@ class Recorder:
         device = int(head[5:])
         self._stream_names.setdefault(device, {})[int(handle)] = alias
         self._device_of_handle[int(handle)] = device
+        if self.on_streams_renamed is not None:
+            self.on_streams_renamed()
 
     def stream_actor_of_handle(self, handle: int) -> str:
         """For trace callbacks, which report a raw stream handle without its device.

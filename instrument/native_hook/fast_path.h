@@ -4,10 +4,13 @@
 // is entered only for what needs it: a thread or stream seen for the first time (the Recorder names it and links
 // autograd's engine threads), a site not seen before (sites.h), a race found (the Recorder delivers it: findings,
 // fail-fast), and the ops that keep the Python path: callbacks held back inside the op, a CUDA graph being
-// captured, a site only Python can blame.
+// captured, a site only Python can blame. The GPU trace's reports (allocations, frees, event records and waits,
+// synchronizations) come here too while it is attached (gpu_trace.h).
 #pragma once
 
 #include <torch/extension.h>
+
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <atomic>
 #include <map>
@@ -35,6 +38,8 @@ struct FastPath {
   int64_t backward_site = -1;
   bool in_backward = false;
   std::map<std::pair<int, int64_t>, int> stream_ids;  // (device, raw handle) -> actor (handle 0 on every device)
+  // raw handle (not 0) -> actor: the GPU trace reports a handle without its device (Recorder.stream_actor_of_handle)
+  std::unordered_map<int64_t, int> stream_of_handle;
   std::vector<int> op_ids;                      // plan index -> the detector's op id (-1: not asked yet)
 };
 
@@ -67,6 +72,11 @@ inline FreshBlocks& fresh_blocks() {
 inline thread_local int thread_actor_id = -1;
 inline thread_local uint64_t thread_actor_generation = 0;
 inline thread_local bool capturing_graph = false;
+
+inline int current_cuda_device() {  // what torch.cuda.current_device() says (tests: device 0)
+  if (state().cpu_as_device) return 0;
+  return c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getDevice().index();
+}
 
 inline std::string call_for_name(PyObject* fn, py::tuple args) {  // "" once the fast path was detached
   if (fn == nullptr) return std::string();
@@ -102,6 +112,7 @@ inline bool decide_in_cpp(const Plan& plan, const OpAccesses& acc, int64_t strea
       std::string name = call_for_name(f.stream_actor, py::make_tuple(acc.device, stream_handle));
       if (name.empty()) return true;
       found = f.stream_ids.emplace(key, d->actor_id(name)).first;
+      if (stream_handle != 0) f.stream_of_handle[stream_handle] = found->second;
     }
     actor = found->second;
   }
@@ -152,6 +163,7 @@ inline void attach_fast_path(py::object core, py::object deliver, py::object thr
     *slot = nullptr;
   }
   f.stream_ids.clear();
+  f.stream_of_handle.clear();
   f.op_ids.clear();
   f.in_backward = false;
   f.backward_site = -1;

@@ -1,11 +1,18 @@
-// Allocations and frees from torch's GPU trace, taken in C++ while the fast path runs (fast_path.h).
+// torch's GPU trace (allocations, frees, events, synchronizations), taken in C++ while the fast path runs
+// (fast_path.h).
 //
 // Once `torch._C._activate_gpu_trace()` ran, the CUDA caching allocator reports every block it hands out and takes
-// back through the interpreter in `GPUTrace::gpuTraceState`, and torch's interpreter turns each report into a Python
-// call (GIL, a module lookup, the callback registry): about one allocation and one free per op, several µs each,
-// the largest single cost of the watch before this file. `TraceInterpreter` takes that interpreter's place: the two
-// memory reports are handled here (a fresh-block set; the C++ detector's free), every other report and every other
-// method goes on to torch's own interpreter unchanged. Without the fast path it forwards everything.
+// back, and the CUDA wrappers every event created, recorded, waited, destroyed and every synchronization, through the
+// interpreter in `GPUTrace::gpuTraceState`; torch's interpreter turns each report into a Python call (GIL, a module
+// lookup, the callback registry, cuda_trace.py's handler, the Recorder): about one allocation and one free per op,
+// several µs each, the largest single cost of the watch before this file. `TraceInterpreter` takes that
+// interpreter's place. With the fast path attached, the memory reports are handled here (a fresh-block set; the C++
+// detector's free), and so are event records / waits / destroys and stream, event and device synchronizations, as
+// cuda_trace.py's handlers would feed them, when they come from outside an op (inside one they must wait for the
+// op's own access, inside a collective be tied to it: the Python path holds them back), outside a graph capture, and on a stream the fast path
+// already named; event creations need nothing. The rest (stream creations, a stream not seen by an op yet), every
+// report without the fast path, and every other method go on to torch's own interpreter unchanged. While attached,
+// other Python GPU-trace callbacks (CSAN's) do not see what is handled here.
 #pragma once
 
 #include <c10/core/impl/GPUTrace.h>
@@ -56,6 +63,46 @@ inline void on_free(uint64_t ptr) {
     return;
   }
   free_now(ptr, site);
+}
+
+// The actor the fast path gave a raw stream handle, as Recorder.stream_actor_of_handle names it (handle 0: the
+// current device's default stream); -1: not known here (Python names it).
+inline int stream_of_handle(FastPath& f, uintptr_t handle) {
+  if (handle == 0) {
+    auto found = f.stream_ids.find(std::make_pair(current_cuda_device(), static_cast<int64_t>(0)));
+    return found == f.stream_ids.end() ? -1 : found->second;
+  }
+  auto found = f.stream_of_handle.find(static_cast<int64_t>(handle));
+  return found == f.stream_of_handle.end() ? -1 : found->second;
+}
+
+// One GPU-trace report into the C++ detector: `body(f, d)` (GIL held) feeds it and says whether it could. False:
+// torch's interpreter takes the report (cuda_trace.py, the Python path). Never throws into the CUDA code reporting.
+template <class Body>
+bool trace_in_cpp(Body&& body) {
+  if (!state().active.load(std::memory_order_relaxed) || op_depth > 0 || special_depth > 0 || capturing_graph)
+    return false;
+  try {
+    py::gil_scoped_acquire gil;
+    FastPath& f = fast_path();
+    if (f.detector == nullptr) return false;
+    py::object keep = py::reinterpret_borrow<py::object>(f.owner);  // as in decide_in_cpp
+    return body(f, f.detector);
+  } catch (...) {
+    return false;  // a Python error while naming (the Recorder switched off): the Python path decides
+  }
+}
+
+// thread -> stream reports (cuda_trace.py: _event_recorded, _event_waited, _stream_synchronized)
+template <class Feed>
+bool stream_report_in_cpp(uintptr_t handle, Feed&& feed) {
+  return trace_in_cpp([&](FastPath& f, Detector* d) {
+    int stream = stream_of_handle(f, handle);
+    if (stream < 0) return false;
+    int thread = current_thread_actor(f, d);
+    if (thread >= 0) feed(d, thread, stream);
+    return true;  // thread < 0: the Recorder failed and is off; Python would drop it too
+  });
 }
 
 #ifndef STREAMCHECK_NO_MEMORY_REPORTS
@@ -110,12 +157,27 @@ struct TraceInterpreter final : c10::impl::PyInterpreterVTable {
   c10::SymInt sym_numel(const c10::TensorImpl* self) const override { return own().sym_numel(self); }
   c10::SymIntArrayRef sym_strides(const c10::TensorImpl* self) const override { return own().sym_strides(self); }
   c10::SymInt sym_storage_offset(const c10::TensorImpl* self) const override { return own().sym_storage_offset(self); }
-  void trace_gpu_event_creation(c10::DeviceType t, uintptr_t e) const override { own().trace_gpu_event_creation(t, e); }
-  void trace_gpu_event_deletion(c10::DeviceType t, uintptr_t e) const override { own().trace_gpu_event_deletion(t, e); }
+  void trace_gpu_event_creation(c10::DeviceType t, uintptr_t e) const override {
+    if (!memory_here.load(std::memory_order_relaxed)) own().trace_gpu_event_creation(t, e);  // the watch needs none
+  }
+  void trace_gpu_event_deletion(c10::DeviceType t, uintptr_t e) const override {
+    if (memory_here.load(std::memory_order_relaxed) && trace_in_cpp([e](FastPath&, Detector* d) {
+          d->event_destroy(e);
+          return true;
+        }))
+      return;
+    own().trace_gpu_event_deletion(t, e);
+  }
   void trace_gpu_event_record(c10::DeviceType t, uintptr_t e, uintptr_t s) const override {
+    if (memory_here.load(std::memory_order_relaxed) &&
+        stream_report_in_cpp(s, [e](Detector* d, int thread, int stream) { d->event_record(thread, e, stream); }))
+      return;
     own().trace_gpu_event_record(t, e, s);
   }
   void trace_gpu_event_wait(c10::DeviceType t, uintptr_t e, uintptr_t s) const override {
+    if (memory_here.load(std::memory_order_relaxed) &&
+        stream_report_in_cpp(s, [e](Detector* d, int thread, int stream) { d->event_wait(thread, e, stream); }))
+      return;
     own().trace_gpu_event_wait(t, e, s);
   }
   void trace_gpu_memory_allocation(c10::DeviceType t, uintptr_t ptr) const override {
@@ -127,11 +189,28 @@ struct TraceInterpreter final : c10::impl::PyInterpreterVTable {
     on_free(ptr);
   }
   void trace_gpu_stream_creation(c10::DeviceType t, uintptr_t s) const override { own().trace_gpu_stream_creation(t, s); }
-  void trace_gpu_device_synchronization(c10::DeviceType t) const override { own().trace_gpu_device_synchronization(t); }
+  void trace_gpu_device_synchronization(c10::DeviceType t) const override {
+    if (memory_here.load(std::memory_order_relaxed) && trace_in_cpp([](FastPath& f, Detector* d) {
+          int thread = current_thread_actor(f, d);
+          if (thread >= 0) d->sync_device(thread, current_cuda_device());
+          return true;
+        }))
+      return;
+    own().trace_gpu_device_synchronization(t);
+  }
   void trace_gpu_stream_synchronization(c10::DeviceType t, uintptr_t s) const override {
+    if (memory_here.load(std::memory_order_relaxed) &&
+        stream_report_in_cpp(s, [](Detector* d, int thread, int stream) { d->sync_stream(thread, stream); }))
+      return;
     own().trace_gpu_stream_synchronization(t, s);
   }
   void trace_gpu_event_synchronization(c10::DeviceType t, uintptr_t e) const override {
+    if (memory_here.load(std::memory_order_relaxed) && trace_in_cpp([e](FastPath& f, Detector* d) {
+          int thread = current_thread_actor(f, d);
+          if (thread >= 0) d->sync_event(thread, e);
+          return true;
+        }))
+      return;
     own().trace_gpu_event_synchronization(t, e);
   }
   void reset_backward_hooks(const c10::TensorImpl* self) const override { own().reset_backward_hooks(self); }

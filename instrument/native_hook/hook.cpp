@@ -83,8 +83,14 @@ struct FreesAfterOp {  // frees reported while the op ran reach the detector aft
   }
 };
 
+struct SpecialScope {  // marks "inside a collective or record_stream" for the GPU trace's reports (gpu_trace.h)
+  SpecialScope() { ++special_depth; }
+  ~SpecialScope() { --special_depth; }
+};
+
 void run_special(const Plan& plan, const c10::OperatorHandle& op, c10::DispatchKeySet rest, torch::jit::Stack* stack) {
   State& s = state();
+  SpecialScope in_special;
   size_t n = op.schema().arguments().size();
   py::object token;
   {
@@ -331,6 +337,27 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "False when the trace is not active");
   m.def("take_fresh_block", [](uint64_t ptr) { return fresh_blocks().take(ptr); },
         "Whether the allocator gave out this block and no op wrote it yet (then forget it)");
+  m.def("forget_streams", []() {
+    FastPath& f = fast_path();
+    f.stream_ids.clear();
+    f.stream_of_handle.clear();
+  }, "The Recorder renamed a stream (a group's NCCL stream): ask it for every stream's name again");
+  m.def("emit_gpu_trace", [](const std::string& kind, uint64_t a, uint64_t b) {
+    const c10::impl::PyInterpreter* trace = c10::impl::GPUTrace::get_trace();
+    if (trace == nullptr) return false;
+    py::gil_scoped_release no_gil;  // as torch's CUDA code reports: without the GIL
+    const auto cuda = c10::DeviceType::CUDA;
+    if (kind == "record") (*trace)->trace_gpu_event_record(cuda, a, b);
+    else if (kind == "wait") (*trace)->trace_gpu_event_wait(cuda, a, b);
+    else if (kind == "destroy") (*trace)->trace_gpu_event_deletion(cuda, a);
+    else if (kind == "create") (*trace)->trace_gpu_event_creation(cuda, a);
+    else if (kind == "sync_event") (*trace)->trace_gpu_event_synchronization(cuda, a);
+    else if (kind == "sync_stream") (*trace)->trace_gpu_stream_synchronization(cuda, a);
+    else if (kind == "sync_device") (*trace)->trace_gpu_device_synchronization(cuda);
+    else throw std::invalid_argument("emit_gpu_trace: unknown report " + kind);
+    return true;
+  }, "Tests: report (kind, event or stream, stream) to the active GPU trace as torch's CUDA code does: record, wait, "
+     "destroy, create (a: event, b: stream), sync_event (a: event), sync_stream (a: stream), sync_device");
   m.def("set_capturing_graph", [](bool on) { capturing_graph = on; }, "This thread captures a CUDA graph");
   m.def("set_cpu_as_device", [](bool on) { state().cpu_as_device = on; }, "Tests: CPU tensors as device 0 tensors");
   m.def("set_test_stream", [](int64_t stream) { test_stream = stream; }, "Tests: this thread's current stream");

@@ -66,6 +66,9 @@ inline State& state() {
 
 inline thread_local int op_depth = 0;           // > 0 while this thread runs an op under the hook
 inline thread_local bool callbacks_held = false;  // Python held back a callback fired inside the current op
+// > 0 while a collective or record_stream runs the Python way (hook.cpp run_special): the GPU trace's reports from
+// inside it go to Python, which ties them to the collective (collectives.py)
+inline thread_local int special_depth = 0;
 inline thread_local int64_t test_stream = 0;
 inline thread_local bool parked = false;  // set_active(false) took the hook's key out of this thread's set
 
