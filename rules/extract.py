@@ -14,6 +14,7 @@ extract_names.py and the small expression helpers in extract_paths.py. The hazar
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from typing import Any, Callable
 
@@ -110,6 +111,7 @@ class _FactsVisitor(CallsAndAccesses, Bindings, RegionsAndBlocks, ast.NodeVisito
         # that the innermost function does not bind belongs to the nearest enclosing scope that does.
         self.frames: list[tuple[str, set[str]]] = [(MODULE_SCOPE, set())]
         self.pending_attr_functions: list[tuple[str, str, str, int]] = []  # attr, name, scope, line
+        self.taken_from: dict[int, dict[str, str]] = {}  # per function: local -> the container it came out of
         self.defined: set[str] = set()
         self.hazards = None
         if detailed:  # SC102-SC105 facts: every node is shown to the collector first (extract_hazards.py)
@@ -121,9 +123,10 @@ class _FactsVisitor(CallsAndAccesses, Bindings, RegionsAndBlocks, ast.NodeVisito
     # --- traversal: ast.NodeVisitor's, without its per-node cost ---------------------------------------------------
     # NodeVisitor.visit builds "visit_" + the class name and looks it up for every node, and generic_visit walks
     # fields through a generator; together half the facts pass's time (DeepSpeed 0.19.8). Here the method is
-    # looked up once per node type, and the leaves no visitor or hazard handler looks at (Load/Store/Del, the
-    # operator nodes of BinOp, BoolOp, Compare, UnaryOp, Constant) are not visited at all; their parents read them
-    # directly. A handler for one of them would need it taken out of _LEAVES.
+    # looked up once per node type, a type's fields that can hold nodes are listed once (_child_fields), and the
+    # leaves no visitor or hazard handler looks at (Load/Store/Del, the operators of BinOp, BoolOp, Compare,
+    # UnaryOp, and Constant) are not visited at all; their parents read them directly. A handler for one of them
+    # would need it taken out of _NO_CHILDREN / _LEAVES and the Constant test in generic_visit.
     _methods: dict[type, Callable[..., Any]] = {}
 
     def visit(self, node: ast.AST) -> Any:
@@ -145,13 +148,26 @@ class _FactsVisitor(CallsAndAccesses, Bindings, RegionsAndBlocks, ast.NodeVisito
 
     def generic_visit(self, node: ast.AST) -> None:
         visit = self.visit
-        for name in node._fields:
+        fields = _CHILD_FIELDS.get(type(node))
+        if fields is None:
+            fields = _child_fields(type(node))
+        if fields is _ANY_FIELD:  # a node type whose fields are not known: look at every value
+            for name in node._fields:
+                value = getattr(node, name, None)
+                if type(value) is list:
+                    for item in value:
+                        if isinstance(item, ast.AST) and not isinstance(item, _LEAVES):
+                            visit(item)
+                elif isinstance(value, ast.AST) and not isinstance(value, _LEAVES):
+                    visit(value)
+            return
+        for name, many in fields:
             value = getattr(node, name, None)
-            if type(value) is list:
-                for item in value:
-                    if isinstance(item, ast.AST) and not isinstance(item, _LEAVES):
+            if many:
+                for item in value or ():
+                    if item is not None and item.__class__ is not ast.Constant:  # (None: `{**d}` in Dict.keys)
                         visit(item)
-            elif isinstance(value, ast.AST) and not isinstance(value, _LEAVES):
+            elif value is not None and value.__class__ is not ast.Constant:
                 visit(value)
 
     # --- driving -----------------------------------------------------------------------------------------------
@@ -267,3 +283,24 @@ def _drop_unwritten_locals(fn: FunctionFacts) -> None:
     written = {a.path for a in fn.accesses if a.kind == "write" and "." not in a.path}
     params = set(fn.params)  # what a helper does to its parameters is what its callers do (summaries.py)
     fn.accesses = [a for a in fn.accesses if "." in a.path or a.path in written or a.owner or a.path in params]
+
+
+def _child_fields(kind: type) -> tuple[tuple[str, bool], ...]:
+    """The fields of a node type that hold nodes the visitor descends into, each with whether it is a list, read
+    from the type's signature in its docstring (`Attribute(expr value, identifier attr, expr_context ctx)`): not
+    names, strings, numbers, contexts or operators. _ANY_FIELD when the docstring does not give every field."""
+    signature = re.fullmatch(r"\w+\((.*)\)", (kind.__doc__ or "").strip())
+    declared = [field.split() for field in signature.group(1).split(", ")] if signature else []
+    if any(len(f) != 2 for f in declared) or [name for _, name in declared] != list(kind._fields):
+        _CHILD_FIELDS[kind] = _ANY_FIELD
+        return _ANY_FIELD
+    found = tuple((name, of.endswith("*")) for of, name in declared if of.rstrip("*?") not in _NO_CHILDREN)
+    _CHILD_FIELDS[kind] = found
+    return found
+
+
+# Field types (in the ast grammar's words) that never hold a node the visitor descends into.
+_NO_CHILDREN = frozenset({"identifier", "string", "int", "constant", "type_ignore", "expr_context", "operator",
+                          "unaryop", "cmpop", "boolop"})
+_ANY_FIELD: tuple[tuple[str, bool], ...] = (("", False),)
+_CHILD_FIELDS: dict[type, tuple[tuple[str, bool], ...]] = {}
