@@ -5,8 +5,9 @@ extract.py's visitor."""
 from __future__ import annotations
 
 import ast
+from dataclasses import replace
 
-from .extract_names import COPYING_METHODS, HOST_ONLY_FUNCTIONS, NOT_PRODUCERS, PRODUCING_METHODS
+from .extract_names import COPYING_METHODS, HOST_ONLY_FUNCTIONS, NOT_PRODUCERS, NOT_TENSOR_WORDS, PRODUCING_METHODS
 from .extract_paths import access_path, dotted, elements
 from .facts import MODULE_SCOPE, NO_REGION, AttrFunction
 from .torch_api import NN_FUNCTIONS, TORCH_FUNCTIONS
@@ -35,6 +36,7 @@ class Bindings(ast.NodeVisitor):
         self.generic_visit(node)
         if not self.detailed or len(node.targets) != 1:
             return
+        self._through_container(node.targets[0], node.value)
         target, end = node.targets[0], (node.end_lineno or node.lineno, (node.end_col_offset or 0) + 1)
         if self._produces_tensor(node.value):
             # `y = x.to(dev, non_blocking=True)`, `y = torch.cat(...)`: a new tensor written by a kernel on the
@@ -51,6 +53,30 @@ class Bindings(ast.NodeVisitor):
             # `data = request.wait()` inside `with stream(s):` (torchrec's input dist): the awaited work ends on s,
             # so what it hands back is s's to order, like a kernel's output.
             self._access("write", target, *end, "wait", at=end, fresh=True)
+
+    def _through_container(self, target: ast.AST, value: ast.AST) -> None:
+        """Tensors handed between methods through an attribute's container (Megatron's offload `self.saved`):
+        `self.saved[k] = (dev, buf)` after `buf` was written inside a stream region holds that stream's output,
+        so the container is written there too; `dev, buf = self.saved.pop(k)` (or `[k]`, `.get(k)`,
+        `.popleft()`) makes `buf` the container's element from then on (taken_from: _access reads it so)."""
+        taken = self.taken_from.setdefault(id(self.fn), {})
+        for name in [t.id for t in elements(target) if isinstance(t, ast.Name)]:
+            taken.pop(name, None)  # bound again: no longer what it was taken from
+        if isinstance(target, ast.Subscript):
+            container = access_path(target.value)
+            if container and container.startswith("self."):
+                stored = {e.id for e in elements(value) if isinstance(e, ast.Name)}
+                self.fn.accesses.extend(
+                    replace(a, path=container, index="", fresh=False) for a in list(self.fn.accesses)
+                    if a.kind == "write" and a.path in stored and a.region != NO_REGION)
+            return
+        source = value.func.value if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and \
+            value.func.attr in ("pop", "get", "popleft") else value.value if isinstance(value, ast.Subscript) else None
+        container = access_path(source) if source is not None else None
+        if container and container.startswith("self."):
+            for name in [t.id for t in elements(target) if isinstance(t, ast.Name)]:
+                if not any(word in name.lower() for word in NOT_TENSOR_WORDS):  # `device, buf = ...`: buf only
+                    taken[name] = container
 
     def _awaited_in_region(self, target: ast.AST, value: ast.AST) -> bool:
         """A local bound inside a stream region to what an awaitable's `wait()` returns (an event's or a

@@ -160,6 +160,10 @@ class CallsAndAccesses(ast.NodeVisitor):
         path = access_path(expr)
         if path is None:
             return
+        root, dot, rest = path.partition(".")
+        container = self.taken_from.get(id(self.fn), {}).get(root)
+        if container:  # taken out of an attribute's container (bindings.py `_through_container`)
+            path = container + dot + rest if rest else container
         if at is None and isinstance(expr, ast.AST) and hasattr(expr, "lineno"):
             line, col = expr.lineno, expr.col_offset + 1
         owner = self._owner(path) if "." not in path else ""

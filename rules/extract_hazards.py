@@ -17,7 +17,7 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
-from .facts import NO_REGION, AsyncCopy, AsyncWork, FileFacts, FunctionFacts, Placement, Use
+from .facts import NO_REGION, RETURNED, AsyncCopy, AsyncWork, FileFacts, FunctionFacts, Placement, Use
 from .extract import elements
 from .options import matches_name
 from .travelling_handles import held_through, travelling_fields
@@ -392,7 +392,7 @@ class HazardCollector:
             if isinstance(elt, (ast.Name, ast.Attribute, ast.Subscript)):
                 path = self._mark(elt)
                 if path:
-                    self._use(path, "escape", elt)
+                    self._use(path, "escape", elt, RETURNED)
 
     def _loop(self, node: ast.For | ast.AsyncFor | ast.comprehension) -> None:
         if isinstance(node.target, ast.Name):

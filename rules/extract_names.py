@@ -63,3 +63,6 @@ HOST_ONLY_METHODS = frozenset({
 
 BLOCKING_HOST_METHODS = frozenset({"item", "tolist", "cpu", "numpy"})
 STORING_METHODS = frozenset({"append", "appendleft", "put", "put_nowait", "add", "insert"})
+
+# Name parts that say a value is no tensor (a process group, a rank, a stream, a dtype, a device, a count).
+NOT_TENSOR_WORDS = ("group", "rank", "world", "stream", "dtype", "device", "factor", "size", "numel", "count")

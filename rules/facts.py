@@ -100,6 +100,9 @@ class Region:
 
 
 # --- hazard facts (SC102-SC105): filled by extract_hazards.py ---------------------------------------------------
+RETURNED = "<return>"  # the arg of a Use escaping through `return` / `yield`
+
+
 @dataclass(frozen=True)
 class Use:
     """A mention of a local name or attribute path, in program order, by what it does to the tensor.
@@ -109,7 +112,8 @@ class Use:
     source of a non_blocking copy: ordered on the stream, not on the host), "rebind" (`x = ...`; arg "None" for
     `x = None`), "free" (`del x`,
     `x.data = ...`, `x.resize_(...)`, `x.storage().resize_(0)`), "escape" (returned or stored elsewhere),
-    "record_stream" (arg: the stream), "wait" (`x.wait()`, also through `for h in x`).
+    "record_stream" (arg: the stream), "wait" (`x.wait()`, also through `for h in x`). An escape's arg is where
+    it went when that is one path (`obj.f = x`, `y = x`), RETURNED for `return x` / `yield x`, else empty.
     """
 
     path: str

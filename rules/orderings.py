@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .facts import NO_REGION, Sync
-from .streams import CURRENT_STREAM, HOST, UNKNOWN, names_current, names_default, stream_id
+from .hooks import hook_run_functions
+from .streams import CURRENT_STREAM, DEFAULT_STREAM, HOST, UNKNOWN, names_current, names_default, stream_id
 
 if TYPE_CHECKING:
     from .callgraph import Function
@@ -90,8 +91,8 @@ def _ordering(program: "Program", function: "Function", sync: Sync) -> Ordering 
     def stream(text: str) -> str:
         if not text:
             return here
-        if names_default(text):
-            return CURRENT_STREAM
+        if names_default(text):  # the current stream, except inside a hook (hooks.py)
+            return DEFAULT_STREAM if function.id in hook_run_functions(program) else CURRENT_STREAM
         sid = stream_id(program, function, text)
         if sid == CURRENT_STREAM and text in function.facts.stream_aliases:
             return CURRENT_STREAM  # `cur = current_stream()` was taken outside the region: the value it had then

@@ -17,6 +17,7 @@ from typing import Iterable, NamedTuple
 
 from streamcheck.findings import ROLE_READ, Finding
 
+from .extract_names import NOT_TENSOR_WORDS
 from .facts import Access
 from .hazard_flow import HOST_WORDS
 from .orderings import COMM, WORK, orderings_of
@@ -37,8 +38,6 @@ NOT_ONLY_TENSOR_METHODS = frozenset({
     "put", "add", "sort", "index", "count", "values", "type", "float", "half", "double", "bfloat16", "apply_",
     "share_memory_", "requires_grad_", "register_hook", "pin_memory", "copy",
 })
-# Words in a name that say it holds no tensor (a process group, a rank, a size, a factor, a dtype).
-NOT_TENSOR_WORDS = ("group", "rank", "world", "stream", "dtype", "device", "factor", "size", "numel", "count")
 # Tensor methods whose arguments are tensors (the source of a copy), unlike `x.div_(self.factor)`.
 TENSOR_ARGUMENT_METHODS = frozenset({"copy_", "set_", "index_copy_", "masked_scatter_", "lerp_", "addcmul_",
                                      "addcdiv_", "matmul", "mm", "bmm"})
@@ -121,7 +120,8 @@ def _tensor_position(reader: Function, read: Access) -> bool:
             "." not in call.callee or call.callee.split(".", 1)[0] in imports) for call in reader.facts.calls)
     receiver = (read.path + ".", read.path + "[")
     return any(((call.line, call.column) == (read.line, read.column) and call.callee.startswith(receiver)) or (
-        call.line == read.line and (op in TORCH_FUNCTIONS or op in NN_FUNCTIONS) and call.callee.rsplit(".", 1)[-1] == op
+        call.line == read.line and (op in TORCH_FUNCTIONS or op in NN_FUNCTIONS)
+        and call.callee.rsplit(".", 1)[-1] == op
         and imports.get(call.callee.split(".", 1)[0], "").startswith("torch")) for call in reader.facts.calls)
 
 

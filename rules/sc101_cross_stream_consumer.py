@@ -46,7 +46,12 @@ class CrossStreamConsumer(Rule):
         reduce-scatter outputs, an all-reduce in place). A tensor a function gets from outside (a parameter's
         path or a `self.` attribute) that nothing in the scan writes was made by code the scan does not hold,
         taken to run on the current stream: a side stream that reads it must have waited for the current stream
-        on the reader's way (outside_producers.py; host buffers and `.to(device)` uploads excepted).
+        on the reader's way (outside_producers.py; host buffers and `.to(device)` uploads excepted). Inside a
+        function handed to a hook registrar (`register_hook`, `register_post_accumulate_grad_hook`, a module
+        hook, `queue_callback`) and what it calls, the current stream is the invoker's: `default_stream()` there
+        is another stream, and a wait for it orders nothing the hook reads (hooks.py). A local this function
+        wrote and then handed to other code (`module.forward(batch)`) is read there, on the stream current at
+        the call; what an awaitable's `wait()` hands back inside `with stream(s):` is s's output.
 
     Why it is bad:
         Streams run independently. A kernel (or NCCL collective, which waits only for the stream it was issued
@@ -170,9 +175,43 @@ def offload(activation, side):
     with torch.cuda.stream(side):
         return activation.to("cpu", non_blocking=True).sum()
 """,
+        # The same gradient hook waiting for the current stream (the backward op's) first.
+        """
+import torch
+
+class Bucket:
+    def attach(self, params):
+        for p in params:
+            p.register_post_accumulate_grad_hook(self.add_grad)
+
+    def add_grad(self, param):
+        self.reduce_stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self.reduce_stream):
+            self.buffer.copy_(param.grad.view(-1), non_blocking=True)
+
+    def finish(self):
+        torch.cuda.current_stream().wait_stream(self.reduce_stream)
+""",
     ]
 
     INVALID = [
+        # A gradient hook waits for the default stream: the backward op ran on its forward's stream (PR #7898).
+        """
+import torch
+
+class Bucket:
+    def attach(self, params):
+        for p in params:
+            p.register_post_accumulate_grad_hook(self.add_grad)
+
+    def add_grad(self, param):
+        self.reduce_stream.wait_stream(torch.cuda.default_stream())
+        with torch.cuda.stream(self.reduce_stream):
+            self.buffer.copy_(param.grad.view(-1), non_blocking=True)  # expect: SC101
+
+    def finish(self):
+        torch.cuda.current_stream().wait_stream(self.reduce_stream)
+""",
         """
 import torch
 

@@ -7,9 +7,10 @@ from weakref import WeakKeyDictionary
 
 from streamcheck.findings import ROLE_CALL, ROLE_READ, ROLE_WRITE, Finding
 
-from .facts import AsyncWork
+from .facts import RETURNED, AsyncWork
 from .hazard_flow import uses_after
 from .program import Function, Program
+from .races import exits_before
 from .rule import Rule, location
 from .travelling_handles import TravellingTouch, travelling_touches
 
@@ -25,10 +26,12 @@ class UseBeforeAsyncCollectiveWait(Rule):
         whose tensor the same function reads or writes before the returned handle is waited: `work.wait()`,
         also for handles appended to a list and waited in a loop (`for h in handles: h.wait()`). A call in
         between whose exactly resolved callee waits a handle counts as the wait. A dropped handle can never be
-        waited, so any later use counts. A handle stored on an object beside its buffer (`req.work = work;
-        req.out = out`, or `self._work` beside `self._out`) travels with it: another function of the file (of
-        the class, for `self.`) that mentions the handle's field and touches the buffer's field (or a name bound
-        from it) before waiting the handle is reported too (torchrec's `Request` in autograd's backward).
+        waited, so any later use counts; so does returning the tensor while its handle stays behind unwaited
+        (a backward returning its gradient to autograd). A handle stored on an object beside its buffer
+        (`req.work = work; req.out = out`, or `self._work` beside `self._out`) travels with it: another function
+        of the file (of the class, for `self.`) that mentions the handle's field and touches the buffer's field
+        (or a name bound from it) before waiting the handle is reported too (torchrec's `Request` in autograd's
+        backward).
 
     Why it is bad:
         An async collective runs on the communication library's stream; the calling stream does not wait for it
@@ -134,6 +137,17 @@ class AllToAll:
     ]
 
     INVALID = [
+        # Returned to the caller (autograd, in a backward) while the handle stays here unwaited.
+        """
+import torch.distributed as dist
+
+def backward(grad_input, group, sequence_parallel):
+    handle = dist.all_reduce(grad_input, group=group, async_op=True)
+    if sequence_parallel:
+        handle.wait()
+        return grad_input * 2
+    return grad_input  # expect: SC105
+""",
         # The handle travels beside its buffer; the backward clears it without waiting (torchrec's Request).
         """
 import torch.distributed as dist
@@ -207,6 +221,20 @@ def gather(out, shard, group):
             if not _waited_by_call(program, touch.function, touch.function.facts.line, touch.use.line):
                 yield self._travelling(touch)
 
+    def _returned(self, function: Function, work: AsyncWork, tensor: str, use) -> Finding:
+        facts = function.facts
+        return Finding(
+            rule=self.id,
+            message=(f"`{tensor}` is returned while the async `{work.op}` (line {work.line}) may still be using it: "
+                     f"`{work.handle}` is not waited before, and it does not go along with the tensor"),
+            primary=location(function, use.line, use.column, ROLE_READ, f"returned from {facts.qualname}"),
+            related=(location(function, work.line, work.column, ROLE_CALL, f"{work.op}(..., async_op=True)"),),
+            fix=f"Call `{work.handle}.wait()` before line {use.line}, or return the handle with the tensor.",
+            kind="RAW",
+            symbol=facts.qualname,
+            extra={"path": tensor, "handle": work.handle, "collective": work.op},
+        )
+
     def _travelling(self, touch: TravellingTouch) -> Finding:
         use, work, facts = touch.use, touch.travel.work, touch.function.facts
         verb = "written" if use.how == "write" else "read"
@@ -235,10 +263,12 @@ def gather(out, shard, group):
         handles = {work.handle} | {u.arg for u in facts.uses if u.path == work.handle and u.how == "escape"}
         waits = [u.line for u in facts.uses if work.handle and u.path in handles and u.how == "wait"
                  and u.line >= work.line]  # a handle exists only after its call: any wait of it comes later
-        first_wait = min(waits, default=None)
+        handle_travels = any(u.path in handles and u.how == "escape" for u in facts.uses)
         for use in uses_after(facts, tensor, work.line, work.end_line):
-            if first_wait is not None and use.line >= first_wait:
-                return None
+            if any(wait <= use.line and not exits_before(function, wait, use.line) for wait in waits):
+                continue  # waited on its way (a wait in a block that returns first is on no path to it)
+            if use.how == "escape" and use.arg == RETURNED and work.handle and not handle_travels:
+                return self._returned(function, work, tensor, use)  # handed to the caller, the handle stays here
             if use.how in ("rebind", "escape", "free"):
                 return None
             if use.how not in TOUCHES:

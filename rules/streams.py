@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 CURRENT_STREAM = ""
 HOST = "<host>"
+DEFAULT_STREAM = "<default>"  # `default_stream()` where it may not be the current stream (inside a hook: hooks.py)
 UNKNOWN = "?"
 PARAM = "param:"  # a stream handed in as a parameter: which one is the caller's business
 PROPERTY_VALUE = "<property>"  # the stream_aliases key of what a one-line `@property` returns (extract.py)

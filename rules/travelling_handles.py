@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Iterator
 
-from .facts import AsyncWork, FunctionFacts, Use
+from .facts import RETURNED, AsyncWork, FunctionFacts, Use
 
 if TYPE_CHECKING:
     from .program import Function, Program
@@ -74,7 +74,7 @@ def held_through(fn: FunctionFacts, fields: set[str]) -> set[str]:
     held = {u.path for u in fn.uses if split_root(u.path)[1] in fields}
     while True:
         aliases = {u.arg for u in fn.uses if u.path in held and u.how == "escape" and u.arg
-                   and "." not in u.arg} - held
+                   and "." not in u.arg and u.arg != RETURNED} - held
         if not aliases:
             return held
         held |= aliases
@@ -129,7 +129,7 @@ def _first_unwaited_touch(function: "Function", travel: Travel) -> tuple[Use, st
                     continue  # the binding that made it an alias
                 names.discard(use.path)  # a new buffer (or none) there; the names bound from it keep the old one
                 continue
-            if use.path in names and use.how == "escape" and use.arg and "." not in use.arg:
+            if use.path in names and use.how == "escape" and use.arg and "." not in use.arg and use.arg != RETURNED:
                 names.add(use.arg)  # `g = req.tensor`: g is the buffer too
                 bound_at[use.arg] = use.line
                 continue

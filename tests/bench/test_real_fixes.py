@@ -1,7 +1,7 @@
 """Real stream-ordering fixes, before and after: the release before the fix is flagged at the fixed code, the
 release with the fix is not (issue 14). Only the cases the engine gets right are here; the cases it misses
-(DeepSpeed #8080 and #7898, Megatron #7398, vLLM #47282, TRL #7195, diffusers #12721) are written up for issue 14
-with a reduced racy/fixed pair each and what the engine lacks. (The hpZ fix, 0.13.4 -> 0.13.5, is in
+(DeepSpeed #8080, Megatron #7398, vLLM #47282, TRL #7195, diffusers #12721) are written up for issue 14 with a
+reduced racy/fixed pair each and what the engine lacks (benchmarks/triage/real_fixes.md). (The hpZ fix, 0.13.4 -> 0.13.5, is in
 tests/rules/test_deepspeed_sc101.py.)
 
 The source distributions come from the package index (cached under .cache/sdists/); they are read as text only.
@@ -123,3 +123,35 @@ def test_onmt_all_reduce_is_synchronous_in_3_1_1(sdist, onmt_utils_3_1_1):
         "torch.distributed.all_reduce(buffer_t[:offset], async_op=False)", "buffer_t.div_(rescale_denom)",
         "torch.distributed.all_reduce(t, async_op=False)", "t.div_(rescale_denom)"]
     assert _in_place_after_all_reduce(onmt_utils_3_1_1) == []
+
+
+# DeepSpeed PR #7898, released in 0.18.8: ZeRO-3's `__add_grad_to_ipg_bucket` runs from the gradient hook, whose
+# current stream is the backward op's (the forward's), not necessarily the default stream; 0.18.7 made the reduce
+# stream wait for `default_stream()` and then copied `param.grad` into the bucket on it, 0.18.8 waits for
+# `current_stream()`. The engine takes `default_stream()` as another stream than the current one inside hooks
+# (rules/hooks.py).
+ZERO = "deepspeed/runtime/zero"
+STAGE3 = f"{ZERO}/stage3.py"
+
+
+def _on_the_ipg_copy(findings):
+    return [f for f in findings if f.primary.path == STAGE3 and f.symbol.endswith("__add_grad_to_ipg_bucket")]
+
+
+def test_zero3_bucket_copy_waits_for_the_default_stream_in_0_18_7(sdist):
+    root = sdist("deepspeed", "0.18.7")
+    source = (root / STAGE3).read_text(encoding="utf-8").splitlines()
+    assert source[1362].strip() == "self.reduce_and_partition_stream.wait_stream(get_accelerator().default_stream())"
+    [finding] = _on_the_ipg_copy(_scan(root, ZERO))
+    assert (finding.rule, finding.kind, finding.primary.line, finding.primary.column) == ("SC101", "RAW", 1374, 43)
+    assert finding.primary.snippet == "new_grad_tensor.copy_(param.grad.t().contiguous(), non_blocking=True)"
+    assert finding.extra == {"path": "param.grad", "writer_stream": "", "reader_stream":
+                             "self.reduce_and_partition_stream", "consumer": "device op", "producer": "autograd"}
+    assert [(r.line, r.role) for r in finding.related] == [(1377, "read"), (1368, "stream context")]
+
+
+def test_zero3_bucket_copy_waits_for_the_current_stream_in_0_18_8(sdist):
+    root = sdist("deepspeed", "0.18.8")
+    source = (root / STAGE3).read_text(encoding="utf-8").splitlines()
+    assert source[1362].strip() == "self.reduce_and_partition_stream.wait_stream(get_accelerator().current_stream())"
+    assert _on_the_ipg_copy(_scan(root, ZERO)) == []

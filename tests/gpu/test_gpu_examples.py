@@ -41,6 +41,8 @@ ONE_GPU = {
     "result_not_waited": ("SC201", "RAW"),
     "handle_travels": ("SC201", "RAW"),  # one-rank NCCL
     "handoff_without_record_stream": ("SC202", "FREE"),
+    "hook_waits_default_stream": ("SC201", "RAW"),
+    "offload_through_container": ("SC201", "RAW"),
     "compiled_write": ("SC201", "RAW"),
     "graph_replay": ("SC201", "RAW"),
     "free_then_reuse": ("SC202", "FREE"),

@@ -1,0 +1,51 @@
+"""Functions that run as hooks: their current stream is the invoker's, not the registering code's.
+
+Autograd runs a gradient hook (`register_hook`, `register_post_accumulate_grad_hook`, DeepSpeed's
+`register_grad_hook`), a module hook or a queued callback on the stream of the backward op that triggers it, which is
+the forward op's stream and need not be the default stream. So inside a hook (and in what it calls) `default_stream()`
+names another stream than `current_stream()`: a wait for the default stream does not order the gradient the hook
+reads (DeepSpeed PR #7898's fix turned `wait_stream(default_stream())` into `wait_stream(current_stream())` there).
+Elsewhere the engine keeps reading `default_stream()` as the current stream: nothing in a plain call says otherwise.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .program import Program
+
+CALLBACK_REGISTRARS = frozenset({"queue_callback", "saved_tensors_hooks", "register_multi_grad_hook"})
+
+
+def is_hook_registrar(callee: str) -> bool:
+    """`param.register_hook`, `module.register_forward_pre_hook`, `register_grad_hook(param, fn)`, ..."""
+    last = callee.rsplit(".", 1)[-1]
+    return (last.startswith("register") and "hook" in last) or last in CALLBACK_REGISTRARS
+
+
+def hook_run_functions(program: "Program") -> frozenset[str]:
+    """The functions handed to a hook registrar, and what they call (exactly resolved), as function ids."""
+    return program.memo("hooks.run", lambda: _hook_run_functions(program))
+
+
+def _hook_run_functions(program: "Program") -> frozenset[str]:
+    hooks: set[str] = set()
+    for function in program.functions.values():
+        for call in function.facts.calls:
+            if not is_hook_registrar(call.callee):
+                continue
+            for ref in call.func_args:  # the function handed over, resolved as if it were called here
+                as_call = replace(call, callee=ref, func_args=(), args=())
+                hooks.update(fid for fid, _ in program.resolve(function, as_call) if fid in program.functions)
+    seen, queue = set(hooks), deque(hooks)
+    while queue:
+        fid = queue.popleft()
+        for _, edges in program.calls_of(fid):
+            for edge in edges:
+                if edge.exact and edge.callee not in seen:
+                    seen.add(edge.callee)
+                    queue.append(edge.callee)
+    return frozenset(seen)
