@@ -84,4 +84,31 @@ PY
   echo "== losses"; cat "$OUT/losses.log" 2>/dev/null
   echo "== soak"; grep -v "^\[\|Warning\|warn" "$OUT/soak.log" 2>/dev/null | tail -15
 fi
+if [ "${PART:-timing}" = final ]; then
+  # the last call: the ZeRO-2 profile in rounds (phases in turn) with the window run and a cProfile of watched
+  # steps, overhead.py --gpus 1 on main, then tests/gpu on the native backend (and FILTER's tests on the mode)
+  log "native_profile.py, ${ROUNDS:-3} rounds, then the 40-step window run and ${CPROFILE:-4} steps under cProfile"
+  timeout "$(left 330)" python3 -P benchmarks/native_profile.py --steps "${STEPS:-8}" --rounds "${ROUNDS:-3}" \
+    --window-run 40 --profile "${CPROFILE:-4}" \
+    --phases "${PHASES:-plain,passthrough,watch,watch_mode,window_closed,window,csan}" \
+    --json "$OUT/profile.json" > "$OUT/profile.log" 2>&1
+  echo "profile rc=$?"; grep -v "^\[\|Warning\|warn" "$OUT/profile.log" | grep -vE "^ +[0-9/]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ " | tail -45
+  if [ "$(left 300)" -gt 0 ]; then
+    log "overhead.py --gpus 1 (main)"
+    PYTHONPATH=$ROOT/.scpkg:$ROOT/.site-0.13.4 timeout 150 python3 -P benchmarks/overhead.py --gpus 1 --steps 6 \
+      --out /tmp/oh-final > "$OUT/overhead.log" 2>&1
+    echo "overhead rc=$?"; cat "$OUT/overhead.log"
+  fi
+  limit=$(left 20)
+  log "GPU tests: native (all), mode (-k '${FILTER:-handle_travels or handoff_without_record_stream}'), limit ${limit}s"
+  STREAMCHECK_BACKEND=native timeout "$limit" python3 -P -m pytest -q -p no:cacheprovider -m gpu tests/gpu -rA \
+    --durations=5 --basetemp=/tmp/gpu-tests-native > "$OUT/gpu-tests-native.log" 2>&1 &
+  STREAMCHECK_BACKEND=mode timeout "$limit" python3 -P -m pytest -q -p no:cacheprovider -m gpu tests/gpu -rA \
+    -k "${FILTER:-handle_travels or handoff_without_record_stream}" --basetemp=/tmp/gpu-tests-mode \
+    > "$OUT/gpu-tests-mode.log" 2>&1 &
+  wait
+  for b in native mode; do
+    echo "== $b"; grep -E "^(FAILED|ERROR|PASSED)|passed|failed" "$OUT/gpu-tests-$b.log" | tail -n 50
+  done
+fi
 log done

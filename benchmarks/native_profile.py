@@ -152,20 +152,25 @@ def measure(name: str, loop, steps: int, results: dict) -> None:
     phase.ops = 0
     times, _ = loop.run(steps)
     extra = phase.stop()
-    median = statistics.median(times)
-    results[name] = {"median_ms": median, "step_ms": times, "ops_per_step": phase.ops / steps, **extra}
-    print(f"[{name}] median {median:.2f} ms; steps {' '.join(f'{t:.1f}' for t in times)}"
+    earlier = results.get(name, {}).get("step_ms", [])  # an earlier round of the same phase: one list of steps
+    every = earlier + times
+    ops = phase.ops / steps if phase.ops else results.get(name, {}).get("ops_per_step", 0)
+    results[name] = {"median_ms": statistics.median(every), "step_ms": every, "ops_per_step": ops, **extra}
+    print(f"[{name}] median {statistics.median(times):.2f} ms; steps {' '.join(f'{t:.1f}' for t in times)}"
           + (f"; ops/step {phase.ops / steps:.0f}" if phase.ops else ""), flush=True)
 
 
 def table(results: dict, args: argparse.Namespace) -> None:
     plain = results.get("plain", {}).get("median_ms")
     ops_per_step = results.get("passthrough", {}).get("ops_per_step")  # every op (hook_noop counts CUDA ops only)
-    print(f"\nsetup {args.setup}, torch {torch.__version__}, {args.steps} steps per phase, one process, this order")
+    print(f"\nsetup {args.setup}, torch {torch.__version__}, {args.steps} steps per phase x {args.rounds} round(s), "
+          "one process, this order")
     if ops_per_step:
         print(f"ops per step (pass-through mode): {ops_per_step:.0f}")
     print(f"{'phase':<18}{'median':>10}{'vs plain':>10}{'us/op over plain':>18}")
     for name, r in results.items():
+        if "median_ms" not in r and "raised" not in r:
+            continue  # not a phase (the window run, the soak)
         if "median_ms" not in r:
             print(f"{name:<18}{'(raised)':>10}   {r.get('raised', '')}")
             continue
@@ -210,31 +215,35 @@ def _found(findings) -> list:
                   for f in findings)
 
 
-def window_run(loop, n: int, results: dict) -> None:
+def window_run(loop, n: int, results: dict, rounds: int = 1) -> None:
     """n steps plain, with watch(steps=(n/4, n/4+2)), fully watched (the timings); then, with one injected race per
     step, the window's findings next to a watch started and stopped by hand around the same two steps."""
     import streamcheck
 
     window = (n // 4, n // 4 + 2)
-    runs = {}
-    for name in ("plain", "window", "full"):
-        watch = None
-        if name != "plain":
-            watch = streamcheck.watch(f"/tmp/native-profile-run-{name}", echo=False,
-                                      **({"steps": window} if name == "window" else {}))
-            watch.start()
-        started = time.perf_counter()
-        times, losses = loop.run(n)
-        total = time.perf_counter() - started
-        found = watch.stop() if watch is not None else []
-        runs[name] = (total, statistics.median(times), found)
-    plain_total = runs["plain"][0]
-    print(f"\n{n} steps per run, watch(steps={window}) for the window run, one process, this order:")
-    for name, (total, median, found) in runs.items():
-        print(f"{name:<8} total {total * 1000:9.1f} ms  {total / plain_total:.3f}x  median step {median:.2f} ms  "
-              f"findings {_found(found)}")
-    results["window_run"] = {name: {"total_s": r[0], "median_ms": r[1], "findings": _found(r[2])}
-                             for name, r in runs.items()}
+    runs: dict = {"plain": [], "window": [], "full": []}
+    for _ in range(rounds):
+        for name in runs:
+            watch = None
+            if name != "plain":
+                watch = streamcheck.watch(f"/tmp/native-profile-run-{name}", echo=False,
+                                          **({"steps": window} if name == "window" else {}))
+                watch.start()
+            started = time.perf_counter()
+            times, _ = loop.run(n)
+            total = time.perf_counter() - started
+            found = watch.stop() if watch is not None else []
+            runs[name].append((total, statistics.median(times), _found(found)))
+    plain_total = statistics.median(r[0] for r in runs["plain"])
+    print(f"\n{n} steps per run, watch(steps={window}) for the window run, {rounds} round(s) of plain, window, "
+          "full in turn, one process (median of the rounds' totals):")
+    for name, done in runs.items():
+        total = statistics.median(r[0] for r in done)
+        print(f"{name:<8} total {total * 1000:9.1f} ms  {total / plain_total:.3f}x  rounds "
+              f"{' '.join(f'{r[0] * 1000:.0f}' for r in done)} ms  median step {done[-1][1]:.2f} ms  "
+              f"findings {done[-1][2]}")
+    results["window_run"] = {name: {"total_s": [r[0] for r in done], "findings": done[-1][2]}
+                             for name, done in runs.items()}
     with InjectedRace(loop):
         watch = streamcheck.watch("/tmp/native-profile-run-window-race", echo=False, steps=window)
         watch.start()
@@ -256,6 +265,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--setup", default="deepspeed-zero2-overlap")
     parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="measure the phases this many times in turn; each phase's median is over all its steps")
     parser.add_argument("--phases", default=",".join(PHASES))
     parser.add_argument("--profile", type=int, default=0)
     parser.add_argument("--json", default=None)
@@ -271,9 +282,10 @@ def main() -> int:
     loop.run(2)
     results: dict = {}
     names = args.phases.split(",")
-    for name in names:
-        if name != "csan":  # CSAN cannot be switched off: after everything else (below)
-            measure(name, loop, args.steps, results)
+    for _ in range(args.rounds):  # rounds: the phases take turns, so a slow stretch of the machine hits them all
+        for name in names:
+            if name != "csan":  # CSAN cannot be switched off: after everything else (below)
+                measure(name, loop, args.steps, results)
     table(results, args)
     if args.profile:
         import streamcheck
@@ -293,7 +305,7 @@ def main() -> int:
         print(f"\ncProfile of {args.profile} watched steps ({wall:.2f} s under the profiler):")
         print(text.getvalue()[-9000:])
     if args.window_run:
-        window_run(loop, args.window_run, results)
+        window_run(loop, args.window_run, results, args.rounds)
     if args.soak:
         import resource
 

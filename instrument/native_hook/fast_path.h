@@ -127,9 +127,12 @@ inline bool decide_in_cpp(const Plan& plan, const OpAccesses& acc, int64_t strea
     }
     op = d->op_id(name);
   }
-  std::vector<Range3> reads, writes;
-  reads.reserve(acc.reads.size());
-  writes.reserve(acc.writes.size() + acc.fresh.size());
+  // One op at a time per thread (the hook's own key is excluded while it runs): the buffers are reused, no allocation
+  static thread_local std::vector<Range3> reads_buffer, writes_buffer;
+  std::vector<Range3>& reads = reads_buffer;
+  std::vector<Range3>& writes = writes_buffer;
+  reads.clear();
+  writes.clear();
   for (const Range& r : acc.reads) reads.push_back({static_cast<uint64_t>(r.base), r.start, r.end});
   for (const Range& r : acc.writes) writes.push_back({static_cast<uint64_t>(r.base), r.start, r.end});
   for (const Range& r : acc.fresh) {

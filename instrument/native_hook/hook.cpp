@@ -124,8 +124,16 @@ void hook(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::S
     return;
   }
   const Plan* plan = nullptr;
-  OpAccesses acc;
-  std::vector<std::pair<int, Range>> view_inputs;  // (argument, range) of arguments a return may alias
+  // Reused per thread (no allocation per op): the hook never runs inside itself on one thread (no_hook above)
+  static thread_local OpAccesses acc_buffer;
+  static thread_local std::vector<std::pair<int, Range>> views_buffer;
+  OpAccesses& acc = acc_buffer;
+  acc.reads.clear();
+  acc.writes.clear();
+  acc.fresh.clear();
+  acc.device = -1;
+  std::vector<std::pair<int, Range>>& view_inputs = views_buffer;  // (argument, range) of arguments a return may alias
+  view_inputs.clear();
   try {
     plan = &plan_for(op);
     if (plan->kind == Kind::Python) {

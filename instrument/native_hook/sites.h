@@ -54,18 +54,20 @@ inline int64_t capture_site() {
     frame = back;
   }
   Py_XDECREF(frame);
-  std::string bytes(reinterpret_cast<const char*>(key), sizeof(uintptr_t) * 2 * n);
+  static thread_local std::string bytes;  // its capacity stays: no allocation per op
+  bytes.assign(reinterpret_cast<const char*>(key), sizeof(uintptr_t) * 2 * n);
   int64_t site = -1;
   auto found = s.site_ids.find(bytes);
   if (found != s.site_ids.end()) {
     site = found->second;
   } else {
+    std::string owned = bytes;  // the Python call below may capture a site on this thread again (a free under GC)
     py::list chain(n);
     for (int i = 0; i < n; ++i) {
       chain[i] = py::make_tuple(py::handle(reinterpret_cast<PyObject*>(codes[i])), lastis[i]);
     }
     site = py::reinterpret_borrow<py::object>(s.intern_site)(chain).cast<int64_t>();
-    s.site_ids.emplace(std::move(bytes), site);  // the Python table keeps the code objects alive
+    s.site_ids.emplace(std::move(owned), site);  // the Python table keeps the code objects alive
   }
   for (int i = 0; i < n; ++i) Py_DECREF(codes[i]);
   return site;
