@@ -25,6 +25,7 @@ from .sites import UNKNOWN_SITE
 
 _active: Recorder | None = None
 _callbacks_registered = False
+_ours: list[Callable] = []  # the callbacks registered here (others_listen tells them from CSAN's)
 _saved_methods: list[tuple[type, str, Callable]] = []
 
 
@@ -136,12 +137,25 @@ def install(recorder: Recorder) -> None:
     if not _callbacks_registered:
         torch._C._activate_gpu_trace()
         for register, handler in _REGISTRATIONS:
-            register(_guard(handler) if handler is not None else _fresh_block)
+            callback = _guard(handler) if handler is not None else _fresh_block
+            _ours.append(callback)
+            register(callback)
         _callbacks_registered = True
+    from . import native
+
+    if native._module is not None:  # a native watch that stopped left the trace paused (native.py: uninstall)
+        native._module.restore_gpu_trace()
     _active = recorder
     if not _saved_methods:
         _wrap_query(torch.cuda.Event, _event_query_true)
         _wrap_query(torch.cuda.Stream, _stream_query_true)
+
+
+def others_listen() -> bool:
+    """Whether a callback not registered here (CSAN's, a profiler's) listens to torch's GPU trace."""
+    registries = [getattr(gpu_trace, name) for name in dir(gpu_trace) if name.endswith("Callbacks")]
+    return any(all(callback is not ours for ours in _ours)
+               for registry in registries for callback in getattr(registry, "callback_list", ()))
 
 
 def uninstall() -> None:

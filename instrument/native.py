@@ -145,8 +145,11 @@ class NativeHooks:
 
     def uninstall(self) -> None:
         native = self.module
-        native.set_active(False)
-        native.restore_gpu_trace()  # the trace is torch's: leave it as it was found (CSAN reads it too)
+        native.set_active(False)  # pauses torch's GPU trace, which calls into Python at every allocation and free
+        from . import cuda_trace
+
+        if cuda_trace.others_listen():
+            native.restore_gpu_trace()  # CSAN reads it too: leave it running; else off, as torch starts
         native.watch_this_thread(False)
         rec = self.recorder
         rec.on_active_change = None

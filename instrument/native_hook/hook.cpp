@@ -271,6 +271,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("install", &install, "Set the Python callbacks: on_access, on_special, after_special, on_error");
   m.def("set_active", &set_active, "Instrumentation on or off (off: no hook on this thread, GPU trace paused)");
   m.def("restore_gpu_trace", &restore_gpu_trace, "Undo set_active(False)'s pause of torch's GPU trace");
+  m.def("gpu_trace_running", []() { return c10::impl::GPUTrace::haveState; },
+        "Whether torch's GPU trace reports (activated and not paused)");
   m.def("set_plan_source", [](py::object source) {
     State& s = state();
     std::lock_guard<std::mutex> lock(s.mutex);

@@ -135,6 +135,35 @@ def test_the_trace_reports_taken_in_cpp_order_what_the_python_handlers_order(mod
 
 def test_a_report_without_a_watch_goes_on_to_torch_and_an_unknown_one_is_refused(module):
     torch._C._activate_gpu_trace()
+    module.restore_gpu_trace()  # a watch that stopped before paused it
     assert module.emit_gpu_trace("record", 0xE1, 0)  # nothing attached: torch's interpreter takes it
     with pytest.raises(ValueError, match="emit_gpu_trace: unknown report launch"):
         module.emit_gpu_trace("launch", 0, 0)
+
+
+def watched_then_stopped(module, tmp_path, monkeypatch, backend: str) -> bool:
+    """A watch of `backend` started and stopped with torch's GPU trace active: is the trace still reporting?"""
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 0, raising=False)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    torch._C._activate_gpu_trace()
+    watch = Watch(tmp_path, rank=0, world_size=1, echo=False, backend=backend)
+    watch.start()
+    cuda_trace.install(watch.recorder)  # as the watch does where CUDA is
+    running_while_watched = module.gpu_trace_running()
+    cuda_trace.uninstall()
+    watch.stop()
+    assert running_while_watched
+    return module.gpu_trace_running()
+
+
+def test_a_stopped_watch_leaves_the_gpu_trace_off_unless_another_callback_listens(module, tmp_path, monkeypatch):
+    """torch's GPU trace, once activated, calls into Python at every allocation and free for the rest of the process
+    (torch cannot deactivate it): a native watch pauses it when it stops, unless a callback not its own (CSAN's)
+    listens; the next watch of either backend takes it up again."""
+    assert not watched_then_stopped(module, tmp_path / "native", monkeypatch, "native")
+    assert not module.gpu_trace_running()
+    assert watched_then_stopped(module, tmp_path / "mode", monkeypatch, "mode")  # the mode's watch resumed it
+    registry = cuda_trace.gpu_trace.EventRecordCallbacks
+    monkeypatch.setattr(registry, "callback_list", [*registry.callback_list, lambda event, stream: None])
+    assert cuda_trace.others_listen()
+    assert watched_then_stopped(module, tmp_path / "shared", monkeypatch, "native")
