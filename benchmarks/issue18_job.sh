@@ -48,12 +48,33 @@ if [ "${PART:-timing}" = timing ]; then
   tar czf "$OUT/timing-logs.tgz" -C /tmp $(cd /tmp && ls -d oh-* overhead-*.log 2>/dev/null) 2>/dev/null
 fi
 
-if [ "${PART:-timing}" = tests ]; then
+if [ "${PART:-timing}" = final ]; then
+  # the last call: the ZeRO-2 profile in rounds (phases in turn) with the window run and a cProfile of watched
+  # steps, overhead.py --gpus 1 on main; then the tests block below
+  log "native_profile.py, ${ROUNDS:-3} rounds, then the 40-step window run and ${CPROFILE:-4} steps under cProfile"
+  reserve=330; [ "${TESTS:-1}" = 1 ] || reserve=10  # what the overhead run and the tests need after it
+  timeout "$(left $reserve)" python3 -P benchmarks/native_profile.py --steps "${STEPS:-8}" --rounds "${ROUNDS:-3}" \
+    --window-run 40 --profile "${CPROFILE:-4}" \
+    --phases "${PHASES:-plain,passthrough,watch,watch_mode,window_closed,window,csan}" \
+    --json "$OUT/profile.json" > "$OUT/profile.log" 2>&1
+  echo "profile rc=$?"; grep -v "^\[\|Warning\|warn" "$OUT/profile.log" | grep -vE "^ +[0-9/]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ " | tail -45
+  if [ "${OVERHEAD:-1}" = 1 ] && [ "$(left 300)" -gt 0 ]; then
+    log "overhead.py --gpus 1 (main)"
+    PYTHONPATH=$ROOT/.scpkg:$ROOT/.site-0.13.4 timeout 150 python3 -P benchmarks/overhead.py --gpus 1 --steps 6 \
+      --out /tmp/oh-final > "$OUT/overhead.log" 2>&1
+    echo "overhead rc=$?"; cat "$OUT/overhead.log"
+  fi
+fi
+# tests/gpu (PART=tests: both backends in full; PART=final: MODE_FILTER's tests on the mode, default the two newest
+# examples) beside the loss check and the soak, which need no quiet machine
+[ "${PART:-timing}" = final ] && : "${MODE_FILTER=handle_travels or handoff_without_record_stream}"
+if [ "${PART:-timing}" = tests ] || { [ "${PART:-timing}" = final ] && [ "${TESTS:-1}" = 1 ]; }; then
   limit=$(left 20)
   log "GPU tests on both backends side by side (limit ${limit}s each); beside them: same losses, the soak"
   for b in ${TEST_BACKENDS:-native mode}; do
+    filter=(); [ "$b" = mode ] && [ -n "${MODE_FILTER:-}" ] && filter=(-k "$MODE_FILTER")
     STREAMCHECK_BACKEND=$b timeout "$limit" python3 -P -m pytest -q -p no:cacheprovider -m gpu tests/gpu -rA \
-      --durations=0 --basetemp=/tmp/gpu-tests-$b > "$OUT/gpu-tests-$b.log" 2>&1 &
+      --durations=5 "${filter[@]}" --basetemp=/tmp/gpu-tests-$b > "$OUT/gpu-tests-$b.log" 2>&1 &
   done
   if [ "${LOSSES:-1}" = 1 ]; then  # plain, native, mode: each a fresh process, same seeds, 8 steps
     ( for run in plain:native streamcheck:native streamcheck:mode; do
@@ -80,36 +101,9 @@ PY
   wait
   for b in ${TEST_BACKENDS:-native mode}; do
     echo "== $b"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/gpu-tests-$b.log" | tail -n 25
+    grep -E "^(PASSED|FAILED).*(handle_travels|handoff_without_record_stream)" "$OUT/gpu-tests-$b.log"
   done
   echo "== losses"; cat "$OUT/losses.log" 2>/dev/null
   echo "== soak"; grep -v "^\[\|Warning\|warn" "$OUT/soak.log" 2>/dev/null | tail -15
-fi
-if [ "${PART:-timing}" = final ]; then
-  # the last call: the ZeRO-2 profile in rounds (phases in turn) with the window run and a cProfile of watched
-  # steps, overhead.py --gpus 1 on main, then tests/gpu on the native backend (and FILTER's tests on the mode)
-  log "native_profile.py, ${ROUNDS:-3} rounds, then the 40-step window run and ${CPROFILE:-4} steps under cProfile"
-  timeout "$(left 330)" python3 -P benchmarks/native_profile.py --steps "${STEPS:-8}" --rounds "${ROUNDS:-3}" \
-    --window-run 40 --profile "${CPROFILE:-4}" \
-    --phases "${PHASES:-plain,passthrough,watch,watch_mode,window_closed,window,csan}" \
-    --json "$OUT/profile.json" > "$OUT/profile.log" 2>&1
-  echo "profile rc=$?"; grep -v "^\[\|Warning\|warn" "$OUT/profile.log" | grep -vE "^ +[0-9/]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ " | tail -45
-  if [ "${OVERHEAD:-1}" = 1 ] && [ "$(left 300)" -gt 0 ]; then
-    log "overhead.py --gpus 1 (main)"
-    PYTHONPATH=$ROOT/.scpkg:$ROOT/.site-0.13.4 timeout 150 python3 -P benchmarks/overhead.py --gpus 1 --steps 6 \
-      --out /tmp/oh-final > "$OUT/overhead.log" 2>&1
-    echo "overhead rc=$?"; cat "$OUT/overhead.log"
-  fi
-  [ "${TESTS:-1}" = 1 ] || { log done; exit 0; }
-  limit=$(left 20)
-  log "GPU tests: native (all), mode (-k '${FILTER:-handle_travels or handoff_without_record_stream}'), limit ${limit}s"
-  STREAMCHECK_BACKEND=native timeout "$limit" python3 -P -m pytest -q -p no:cacheprovider -m gpu tests/gpu -rA \
-    --durations=5 --basetemp=/tmp/gpu-tests-native > "$OUT/gpu-tests-native.log" 2>&1 &
-  STREAMCHECK_BACKEND=mode timeout "$limit" python3 -P -m pytest -q -p no:cacheprovider -m gpu tests/gpu -rA \
-    -k "${FILTER:-handle_travels or handoff_without_record_stream}" --basetemp=/tmp/gpu-tests-mode \
-    > "$OUT/gpu-tests-mode.log" 2>&1 &
-  wait
-  for b in native mode; do
-    echo "== $b"; grep -E "^(FAILED|ERROR|PASSED)|passed|failed" "$OUT/gpu-tests-$b.log" | tail -n 50
-  done
 fi
 log done
