@@ -55,7 +55,8 @@ class Bindings(ast.NodeVisitor):
             self._access("write", target, *end, "wait", at=end, fresh=True)
 
     def _through_container(self, target: ast.AST, value: ast.AST) -> None:
-        """Tensors handed between methods through an attribute's container (Megatron's offload `self.saved`):
+        """Tensors handed between methods through an attribute's container (Megatron's offload `self.saved`,
+        torchrec's `context.module_input_post_prefetch`):
         `self.saved[k] = (dev, buf)` after `buf` was written inside a stream region holds that stream's output,
         so the container is written there too; `dev, buf = self.saved.pop(k)` (or `[k]`, `.get(k)`,
         `.popleft()`) makes `buf` the container's element from then on (taken_from: _access reads it so)."""
@@ -64,7 +65,7 @@ class Bindings(ast.NodeVisitor):
             taken.pop(name, None)  # bound again: no longer what it was taken from
         if isinstance(target, ast.Subscript):
             container = access_path(target.value)
-            if container and container.startswith("self."):
+            if container and "." in container:
                 stored = {e.id for e in elements(value) if isinstance(e, ast.Name)}
                 self.fn.accesses.extend(
                     replace(a, path=container, index="", fresh=False) for a in list(self.fn.accesses)
@@ -73,7 +74,7 @@ class Bindings(ast.NodeVisitor):
         source = value.func.value if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and \
             value.func.attr in ("pop", "get", "popleft") else value.value if isinstance(value, ast.Subscript) else None
         container = access_path(source) if source is not None else None
-        if container and container.startswith("self."):
+        if container and "." in container:
             for name in [t.id for t in elements(target) if isinstance(t, ast.Name)]:
                 if not any(word in name.lower() for word in NOT_TENSOR_WORDS):  # `device, buf = ...`: buf only
                     taken[name] = container

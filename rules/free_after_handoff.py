@@ -28,7 +28,8 @@ from .streams import HOST, UNKNOWN, as_code
 def frees_after_handoff(program: Program, rule_id: str) -> Iterable[Finding]:
     for function in program.functions.values():
         facts = function.facts
-        recorded = {u.path for u in facts.uses if u.how == "record_stream"}
+        recorded = {u.path for u in facts.uses
+                    if u.how == "record_stream" and _may_be_current(program, function, u.arg)}
         for made in facts.accesses:
             if made.kind != "write" or not made.fresh or made.region == NO_REGION or "." in made.path \
                     or made.path in recorded or made.owner:
@@ -44,6 +45,14 @@ def frees_after_handoff(program: Program, rule_id: str) -> Iterable[Finding]:
                 continue
             if not _waits_for_current_later(program, function, stream, use.line):
                 yield _finding(rule_id, function, made, region, use)
+
+
+def _may_be_current(program: Program, function: Function, stream: str) -> bool:
+    """Whether a `record_stream` argument may name the current stream: it does, or the engine cannot tell (a loop
+    variable over several streams, `for s in consumers: t.record_stream(s)`)."""
+    sid = program.stream_id(function, stream)
+    bound = stream in function.facts.stream_aliases or stream in function.facts.params
+    return sid in (CURRENT_STREAM, UNKNOWN) or (stream.isidentifier() and not bound)
 
 
 def _first_use_on_current(function: Function, made: Access, after: int) -> Access | None:
