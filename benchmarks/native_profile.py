@@ -150,14 +150,31 @@ def measure(name: str, loop, steps: int, results: dict) -> None:
     phase.start()
     loop.run(1)
     phase.ops = 0
+    stages = _stage_times()  # a stage-times build of the hook (STREAMCHECK_NATIVE_CFLAGS): zeroed here
     times, _ = loop.run(steps)
+    stages = _stage_times() if stages is not None else None
     extra = phase.stop()
+    if stages and any(count for count, _ in stages.values()):
+        ops = results.get("passthrough", {}).get("ops_per_step") or 0
+        print(f"[{name}] hook stages over {steps} steps (count per step, µs per step, ns per call"
+              + (", ns per op of the pass-through count)" if ops else ")"), flush=True)
+        for stage, (count, ns) in stages.items():
+            per_op = f" {ns / steps / ops:8.0f}" if ops else ""
+            print(f"    {stage:<14}{count / steps:9.0f}{ns / steps / 1000:10.0f}{ns / max(count, 1):9.0f}{per_op}")
+        extra["stages"] = stages
     earlier = results.get(name, {}).get("step_ms", [])  # an earlier round of the same phase: one list of steps
     every = earlier + times
     ops = phase.ops / steps if phase.ops else results.get(name, {}).get("ops_per_step", 0)
     results[name] = {"median_ms": statistics.median(every), "step_ms": every, "ops_per_step": ops, **extra}
     print(f"[{name}] median {statistics.median(times):.2f} ms; steps {' '.join(f'{t:.1f}' for t in times)}"
           + (f"; ops/step {phase.ops / steps:.0f}" if phase.ops else ""), flush=True)
+
+
+def _stage_times():
+    from streamcheck.instrument import native
+
+    module = native._module
+    return module.stage_times() if module is not None and hasattr(module, "stage_times") else None
 
 
 def table(results: dict, args: argparse.Namespace) -> None:

@@ -66,7 +66,8 @@ def load() -> Any:
 
         # torch rebuilds when the listed source or the flags change: the digest of every file puts the headers in
         digest = hashlib.sha256(b"".join(p.read_bytes() for p in sorted(SOURCE_DIR.iterdir()))).hexdigest()[:16]
-        flags = ["-O2", f"-DSTREAMCHECK_NATIVE_SOURCES=0x{digest}"]
+        # STREAMCHECK_NATIVE_CFLAGS: extra flags for a measuring build (-DSTREAMCHECK_STAGE_TIMES, stage_times.h)
+        flags = ["-O2", f"-DSTREAMCHECK_NATIVE_SOURCES=0x{digest}", *os.environ.get("STREAMCHECK_NATIVE_CFLAGS", "").split()]
 
         def build(extra: list[str]) -> Any:
             return load_extension("streamcheck_native_hook", [str(SOURCE_DIR / "hook.cpp")], extra_cflags=flags + extra,

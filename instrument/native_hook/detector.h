@@ -130,29 +130,32 @@ struct StorageShadow {  // shadow.py's StorageShadow: sorted disjoint segments [
       return;
     }
     if (i < n && starts[i] <= start && end <= ends[i]) {  // inside one segment: one check, at most three pieces
-      Cell cell = cells[i];
-      check_cell(cell, a, clock, start, end, found);
+      check_cell(cells[i], a, clock, start, end, found);
+      // in place: the segment keeps its left piece (if any); the middle and the right piece are inserted after it
+      bool left = starts[i] < start, right = end < ends[i];
+      int64_t old_end = ends[i];
       Cell middle;
       if (a.is_write) {
         middle.has_write = true;
         middle.write = a;
       } else {
-        middle = cell;
+        middle = cells[i];
         middle.add_read(a);
       }
-      std::vector<int64_t> ps{start}, pe{end};
-      std::vector<Cell> pc{middle};
-      if (starts[i] < start) {
-        ps.insert(ps.begin(), starts[i]);
-        pe.insert(pe.begin(), start);
-        pc.insert(pc.begin(), cell);
+      if (right) {
+        starts.insert(starts.begin() + i + 1, end);
+        ends.insert(ends.begin() + i + 1, old_end);
+        cells.insert(cells.begin() + i + 1, cells[i]);
       }
-      if (end < ends[i]) {
-        ps.push_back(end);
-        pe.push_back(ends[i]);
-        pc.push_back(cell);
+      if (left) {
+        ends[i] = start;
+        starts.insert(starts.begin() + i + 1, start);
+        ends.insert(ends.begin() + i + 1, end);
+        cells.insert(cells.begin() + i + 1, std::move(middle));
+      } else {
+        ends[i] = end;
+        cells[i] = std::move(middle);
       }
-      replace(i, i + 1, ps, pe, pc);
       return;
     }
     split_at(start);
@@ -164,7 +167,18 @@ struct StorageShadow {  // shadow.py's StorageShadow: sorted disjoint segments [
       Cell c;
       c.has_write = true;
       c.write = a;
-      replace(first, last, {start}, {end}, {c});
+      if (first < last) {  // in place: the first covered segment becomes [start, end), the others go
+        starts[first] = start;
+        ends[first] = end;
+        cells[first] = std::move(c);
+        starts.erase(starts.begin() + first + 1, starts.begin() + last);
+        ends.erase(ends.begin() + first + 1, ends.begin() + last);
+        cells.erase(cells.begin() + first + 1, cells.begin() + last);
+      } else {
+        starts.insert(starts.begin() + first, start);
+        ends.insert(ends.begin() + first, end);
+        cells.insert(cells.begin() + first, std::move(c));
+      }
       return;
     }
     std::vector<int64_t> ns, ne;

@@ -45,6 +45,7 @@ inline void flush_frees_in_op() {  // GIL held
 }
 
 inline void on_free(uint64_t ptr) {
+  STAGE_SCOPE(kFree);
   fresh_blocks().take(ptr);
   if (!state().active.load(std::memory_order_relaxed)) return;
   py::gil_scoped_acquire gil;
@@ -82,6 +83,7 @@ template <class Body>
 bool trace_in_cpp(Body&& body) {
   if (!state().active.load(std::memory_order_relaxed) || op_depth > 0 || special_depth > 0 || capturing_graph)
     return false;
+  STAGE_SCOPE(kTraceReport);
   try {
     py::gil_scoped_acquire gil;
     FastPath& f = fast_path();
@@ -182,6 +184,7 @@ struct TraceInterpreter final : c10::impl::PyInterpreterVTable {
   }
   void trace_gpu_memory_allocation(c10::DeviceType t, uintptr_t ptr) const override {
     if (!memory_here.load(std::memory_order_relaxed)) return own().trace_gpu_memory_allocation(t, ptr);
+    STAGE_SCOPE(kAlloc);
     if (state().active.load(std::memory_order_relaxed)) fresh_blocks().add(ptr);
   }
   void trace_gpu_memory_deallocation(c10::DeviceType t, uintptr_t ptr) const override {

@@ -91,6 +91,7 @@ struct SpecialScope {  // marks "inside a collective or record_stream" for the G
 void run_special(const Plan& plan, const c10::OperatorHandle& op, c10::DispatchKeySet rest, torch::jit::Stack* stack) {
   State& s = state();
   SpecialScope in_special;
+  STAGE_SCOPE(kSpecial);
   size_t n = op.schema().arguments().size();
   py::object token;
   {
@@ -123,6 +124,7 @@ void hook(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::S
     op.redispatchBoxed(rest, stack);
     return;
   }
+  STAGE_SCOPE(kHookTotal);
   const Plan* plan = nullptr;
   // Reused per thread (no allocation per op): the hook never runs inside itself on one thread (no_hook above)
   static thread_local OpAccesses acc_buffer;
@@ -168,6 +170,7 @@ void hook(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::S
   FreesAfterOp frees_after;
   {
     OpScope in_op;
+    STAGE_SCOPE(kOp);
     try {
       op.redispatchBoxed(rest, stack);
     } catch (...) {
@@ -207,9 +210,17 @@ void hook(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::S
     }
     if (acc.reads.empty() && acc.writes.empty() && acc.fresh.empty() && !held) return;
     int64_t stream = acc.device >= 0 ? current_stream(acc.device) : 0;
+    STAGE_START(gil_since);
     py::gil_scoped_acquire gil;
+    STAGE_ADD(kGil, gil_since);
+    STAGE_START(site_since);
     int64_t site = (acc.reads.empty() && acc.writes.empty() && acc.fresh.empty()) ? -1 : site_of_op();
-    if (!held && decide_in_cpp(*plan, acc, stream, site)) return;  // fast_path.h: no Python call for this op
+    STAGE_ADD(kSite, site_since);
+    {
+      STAGE_SCOPE(kDecide);
+      if (!held && decide_in_cpp(*plan, acc, stream, site)) return;  // fast_path.h: no Python call for this op
+    }
+    STAGE_SCOPE(kPythonOp);
     py::reinterpret_borrow<py::object>(s.on_access)(
         plan->index, acc.device, stream, to_py(acc.reads), to_py(acc.writes), fresh_to_py(acc.fresh), site);
   } catch (const py::error_already_set&) {
@@ -292,6 +303,18 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     s.internal_code.clear();
   }, "Capture sites in C++ into a sites.SiteTable: its _classify and intern_chain, and its depth (None: in Python)");
   m.def("sites_in_cpp", []() { return kSitesInCpp; });
+  m.def("stage_times", []() -> py::object {
+#ifdef STREAMCHECK_STAGE_TIMES
+    py::dict out;
+    StageTotals& t = stage_totals();
+    for (int i = 0; i < kStages; ++i) {
+      out[kStageNames[i]] = py::make_tuple(t.n[i].exchange(0), t.ns[i].exchange(0));
+    }
+    return out;
+#else
+    return py::none();
+#endif
+  }, "A stage-times build (stage_times.h): {stage: (count, ns)} since the last call (then zeroed); else None");
   m.def("watch_this_thread", [](bool on) {
           parked = false;
           c10::impl::tls_set_dispatch_key_included(kHookKey, on);

@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "stage_times.h"
+
 namespace streamcheck_native {
 
 namespace py = pybind11;
