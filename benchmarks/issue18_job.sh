@@ -48,6 +48,23 @@ if [ "${PART:-timing}" = timing ]; then
   tar czf "$OUT/timing-logs.tgz" -C /tmp $(cd /tmp && ls -d oh-* overhead-*.log 2>/dev/null) 2>/dev/null
 fi
 
+if [ "${PART:-timing}" = stages ]; then
+  # the ZeRO-2 ratio on the normal build (plain, pass-through, watch in rounds), then the same watch on a stage-times
+  # build of the hook (stage_times.h; built in the background while the first part runs): where its µs per op go
+  (STREAMCHECK_NATIVE_CFLAGS=-DSTREAMCHECK_STAGE_TIMES TORCH_EXTENSIONS_DIR=/tmp/ext-stages python3 -P -c \
+    'from streamcheck.instrument import native; native.load(); print("stage-times build ready")') \
+    > /tmp/stage-build.log 2>&1 &
+  log "native_profile.py plain,passthrough,watch x ${ROUNDS:-3} rounds (normal build)"
+  timeout "$(left 90)" python3 -P benchmarks/native_profile.py --steps "${STEPS:-8}" --rounds "${ROUNDS:-3}" \
+    --phases plain,passthrough,watch > "$OUT/profile.log" 2>&1
+  echo "profile rc=$?"; sed -n '/^setup/,$p' "$OUT/profile.log"
+  wait; cat /tmp/stage-build.log
+  log "the same on the stage-times build"
+  STREAMCHECK_NATIVE_CFLAGS=-DSTREAMCHECK_STAGE_TIMES TORCH_EXTENSIONS_DIR=/tmp/ext-stages timeout "$(left 5)" \
+    python3 -P benchmarks/native_profile.py --steps "${STEPS:-8}" --phases plain,passthrough,watch \
+    > "$OUT/stages.log" 2>&1
+  echo "stages rc=$?"; grep -v "^\[plain\]\|^\[passthrough\] median" "$OUT/stages.log" | grep -v "Warning\|warn"
+fi
 if [ "${PART:-timing}" = final ]; then
   # the last call: the ZeRO-2 profile in rounds (phases in turn) with the window run and a cProfile of watched
   # steps, overhead.py --gpus 1 on main; then the tests block below
