@@ -1,6 +1,9 @@
 # Device calls for issues 17/18 (run from the repository root on the GPU machine; $OUT set by the device tool).
 #   PART=timing bash benchmarks/issue18_job.sh   # overhead.py --gpus 1 before/after alternated, then the ZeRO-2 profile
 #   PART=tests  bash benchmarks/issue18_job.sh   # tests/gpu on both backends || same losses || the 1000-step soak
+#   PART=final  bash benchmarks/issue18_job.sh   # the ZeRO-2 profile in rounds + window + cProfile, overhead.py (main),
+#                                                # then the tests part (MODE_FILTER on the mode); OVERHEAD=0, TESTS=0
+#   PART=stages bash benchmarks/issue18_job.sh   # the ZeRO-2 ratio, then the hook's stages on a stage-times build
 # Needs .whl carried (../shared/tools/gpu-wheels .whl 0.13.4 0.19.8) and, for the timing part's "before", .before
 # carried: the package at cc16f13 (git archive cc16f13 streamcheck instrument rules examples/deepspeed_hpz/train.py
 # examples/deepspeed_hpz/shims.py benchmarks/overhead.py | tar -x -C .before). Each tree builds its native hook
