@@ -371,7 +371,7 @@ class CallGraph:
 
     def _build_edges(self) -> None:
         # A callee text resolves alike wherever the same file, class and (for a plain name) function call it:
-        # resolved once (vLLM: 284 k calls, 96 k distinct keys).
+        # resolved once (vLLM 0.33.0: 284 k calls, 145 k distinct keys).
         resolved: dict[tuple[str, str | None, str, str], list[tuple[str, bool]]] = {}
         functions = self.functions
         for function in functions.values():
