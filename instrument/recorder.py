@@ -173,8 +173,12 @@ class Recorder:
             self.on_backward_change(self.backward_site)
 
     def site_or_backward(self, site: int) -> int:
-        """An unknown site during backward() is blamed on the backward() call (noted as such)."""
-        return self.backward_site if site < 0 and self._backward_caller is not None else site
+        """A site with no frame of the program during backward() (none at all: the DDP reducer in C++; only
+        library frames: the autograd engine's thread running torch's own hook wrappers) is blamed on the
+        backward() call, noted as such."""
+        if self._backward_caller is not None and (site < 0 or self.sites.is_library_site(site)):
+            return self.backward_site
+        return site
 
     def backward_end(self) -> None:
         caller, self._backward_caller = self._backward_caller, None
@@ -235,8 +239,8 @@ class Recorder:
                     allocs: list | None, deferred: list | None) -> None:
         """One op's events, in order: allocations of its fresh outputs, its kernel (or host access), the callbacks
         it fired. The per-op path: no intermediate call list."""
-        if site < 0 and self._backward_caller is not None:
-            site = self.backward_site  # no Python frame: blamed on the backward() call it runs in
+        if self._backward_caller is not None:
+            site = self.site_or_backward(site)  # no frame of the program: blamed on the backward() call it runs in
         captured = self._tls.captured
         if captured is not None and stream is not thread:
             # Captured into a CUDA graph: nothing runs now; the graph's replays emit it (instrument/launches.py)

@@ -98,3 +98,39 @@ def test_an_access_with_no_python_frame_during_backward_is_blamed_on_the_backwar
     assert frames[0] == [__file__, line, "test_an_access_with_no_python_frame_during_backward_is_blamed_on_the_"
                          "backward_call" + BACKWARD_NOTE]
     assert race.later.site == -1
+
+
+def test_an_access_with_only_library_frames_during_backward_is_blamed_on_the_backward_call():
+    """The autograd engine's thread on CUDA runs an op under torch's own wrappers only (the mode backend sees
+    those frames): during backward() the report names the backward() call, as for an access with no frame."""
+    import threading
+
+    from streamcheck.instrument.detector import Detector
+    from streamcheck.instrument.recorder import Recorder
+    from streamcheck.instrument.sites import BACKWARD_NOTE
+
+    namespace: dict = {}
+    exec(compile(_LIBRARY_SOURCE, LIBRARY + "worker.py", "exec"), namespace)
+    detector = Detector()
+    rec = Recorder(detector)
+    rec.sites = SiteTable(depth=4, extra_internal=(LIBRARY,))
+    found: list = []
+    thread = threading.Thread(target=namespace["library_entry"], args=(rec.sites, found))  # no test frame
+    thread.start()
+    thread.join()
+    (library_site,) = found
+    assert rec.sites.is_library_site(library_site)
+
+    def engine_run_backward():
+        rec.backward_begin()
+
+    engine_run_backward()
+    line = __import__("inspect").currentframe().f_lineno - 1
+    rec.emit_access("T1", "cuda:0/s0", [], [(1, 0, 8)], library_site, "aten::mul", None, None)
+    rec.backward_end()
+    rec.emit_access("T1", "cuda:0/s1", [], [(1, 0, 8)], library_site, "aten::add_", None, None)  # after: as it is
+    (race,) = detector.races
+    assert rec.sites.frames(race.earlier.site)[0] == [
+        __file__, line, "test_an_access_with_only_library_frames_during_backward_is_blamed_on_the_backward_call"
+        + BACKWARD_NOTE]
+    assert race.later.site == library_site
