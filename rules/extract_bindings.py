@@ -10,7 +10,7 @@ from dataclasses import replace
 from .extract_names import COPYING_METHODS, HOST_ONLY_FUNCTIONS, NOT_PRODUCERS, NOT_TENSOR_WORDS, PRODUCING_METHODS
 from .extract_paths import access_path, dotted, elements
 from .facts import MODULE_SCOPE, NO_REGION, AttrFunction
-from .torch_api import NN_FUNCTIONS, TORCH_FUNCTIONS
+from .torch_api import TORCH_CALLABLES
 
 ALIAS = "="  # the op of a binding recorded as where an attribute's tensor comes from (see visit_Assign)
 
@@ -66,7 +66,10 @@ class Bindings(ast.NodeVisitor):
         if isinstance(target, ast.Subscript):
             container = access_path(target.value)
             if container and "." in container:
-                stored = {e.id for e in elements(value) if isinstance(e, ast.Name)}
+                stored = {e.id for e in elements(value) if isinstance(e, ast.Name)} & self.written_locals.get(
+                    id(self.fn), set())
+                if not stored:
+                    return
                 self.fn.accesses.extend(
                     replace(a, path=container, index="", fresh=False) for a in list(self.fn.accesses)
                     if a.kind == "write" and a.path in stored and a.region != NO_REGION)
@@ -121,7 +124,7 @@ class Bindings(ast.NodeVisitor):
         if not value.args or not isinstance(value.args[0], (ast.Name, ast.Attribute, ast.Subscript, ast.List,
                                                               ast.Tuple, ast.ListComp)):
             return False  # a factory (`torch.zeros(n)`): initialization, not a producer of data another stream awaits
-        return (last in TORCH_FUNCTIONS or last in NN_FUNCTIONS) and last not in NOT_PRODUCERS
+        return last in TORCH_CALLABLES and last not in NOT_PRODUCERS
 
     def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
         self._note_self_assigns([node.target])

@@ -112,7 +112,9 @@ class CallsAndAccesses(ast.NodeVisitor):
         if callee in PYTHON_BUILTINS or callee.lstrip("_")[:1].isupper() or receiver in ("logger", "logging") \
                 or callee.startswith(("log", "warn", "print", "assert")):
             return
-        written = {a.path for a in self.fn.accesses if a.kind == "write" and "." not in a.path}
+        written = self.written_locals.get(id(self.fn))
+        if not written:
+            return
         for arg in list(node.args) + [k.value for k in node.keywords if k.arg]:
             if isinstance(arg, ast.Name) and arg.id in written:
                 self._access("read", arg, line, col, callee)
@@ -167,6 +169,8 @@ class CallsAndAccesses(ast.NodeVisitor):
         if at is None and isinstance(expr, ast.AST) and hasattr(expr, "lineno"):
             line, col = expr.lineno, expr.col_offset + 1
         owner = self._owner(path) if "." not in path else ""
+        if kind == "write" and "." not in path:
+            self.written_locals.setdefault(id(self.fn), set()).add(path)  # for _handed_off, without a scan
         self.fn.accesses.append(
             Access(kind, path, line, col, op, self.region, collective, owner, index_of(expr), fresh))
         self._keep_line(line)

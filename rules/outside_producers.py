@@ -25,7 +25,7 @@ from .program import Function, Program
 from .races import Context, contexts, matching, ordered_before
 from .rule import location, way_of
 from .streams import CURRENT_STREAM, UNKNOWN, as_code, display, stream_words
-from .torch_api import NN_FUNCTIONS, TORCH_FUNCTIONS
+from .torch_api import TORCH_CALLABLES
 
 MAX_READS_SHOWN = 3
 
@@ -120,8 +120,7 @@ def _tensor_position(reader: Function, read: Access) -> bool:
             "." not in call.callee or call.callee.split(".", 1)[0] in imports) for call in reader.facts.calls)
     receiver = (read.path + ".", read.path + "[")
     return any(((call.line, call.column) == (read.line, read.column) and call.callee.startswith(receiver)) or (
-        call.line == read.line and (op in TORCH_FUNCTIONS or op in NN_FUNCTIONS)
-        and call.callee.rsplit(".", 1)[-1] == op
+        call.line == read.line and op in TORCH_CALLABLES and call.callee.rsplit(".", 1)[-1] == op
         and imports.get(call.callee.split(".", 1)[0], "").startswith("torch")) for call in reader.facts.calls)
 
 

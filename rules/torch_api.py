@@ -248,3 +248,6 @@ TORCH_FUNCTIONS = frozenset({
     "view_as_complex_copy", "view_as_real", "view_as_real_copy", "view_copy", "vmap", "vsplit", "vstack", "wait",
     "where", "while_loop", "xlogy", "xlogy_", "zero_", "zeros", "zeros_like"
 })
+
+# What a call of `torch.x` or `torch.nn.functional.x` (`F.x`) may be: a device op on its tensor arguments.
+TORCH_CALLABLES = TORCH_FUNCTIONS | NN_FUNCTIONS

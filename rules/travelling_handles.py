@@ -66,6 +66,13 @@ def travelling_fields(functions: Iterable[FunctionFacts]) -> set[str]:
     return {field for fn in functions for t in travels_in(fn) for field in (t.handle_field, t.buffer_field)}
 
 
+def bound_local(use: Use) -> str | None:
+    """The local name an escape binds the value to (`g = req.tensor` -> "g"), else None."""
+    if use.how == "escape" and use.arg and "." not in use.arg and use.arg != RETURNED:
+        return use.arg
+    return None
+
+
 def held_through(fn: FunctionFacts, fields: set[str]) -> set[str]:
     """The paths of `fn` that reach one of `fields`, and the local names bound from them (`g = req.tensor`,
     `v = g.view(-1)`): the uses the travelling-handle query needs kept."""
@@ -73,8 +80,7 @@ def held_through(fn: FunctionFacts, fields: set[str]) -> set[str]:
         return set()
     held = {u.path for u in fn.uses if split_root(u.path)[1] in fields}
     while True:
-        aliases = {u.arg for u in fn.uses if u.path in held and u.how == "escape" and u.arg
-                   and "." not in u.arg and u.arg != RETURNED} - held
+        aliases = {bound_local(u) for u in fn.uses if u.path in held} - held - {None}
         if not aliases:
             return held
         held |= aliases
@@ -94,12 +100,15 @@ class TravellingTouch:
 
 
 def travelling_touches(program: "Program") -> Iterator[TravellingTouch]:
-    launches = [(fn, travel) for fn in program.functions.values() for travel in travels_in(fn.facts)]
-    if not launches:
+    launches_by_file: dict[str, list[tuple["Function", Travel]]] = {}
+    for fn in program.functions.values():
+        for travel in travels_in(fn.facts):
+            launches_by_file.setdefault(fn.file.path, []).append((fn, travel))
+    if not launches_by_file:
         return
     for function in program.functions.values():
-        for launcher, travel in launches:
-            if function is launcher or function.file is not launcher.file:
+        for launcher, travel in launches_by_file.get(function.file.path, ()):
+            if function is launcher:
                 continue
             if travel.on_self and function.owner != launcher.owner:
                 continue
@@ -129,9 +138,10 @@ def _first_unwaited_touch(function: "Function", travel: Travel) -> tuple[Use, st
                     continue  # the binding that made it an alias
                 names.discard(use.path)  # a new buffer (or none) there; the names bound from it keep the old one
                 continue
-            if use.path in names and use.how == "escape" and use.arg and "." not in use.arg and use.arg != RETURNED:
-                names.add(use.arg)  # `g = req.tensor`: g is the buffer too
-                bound_at[use.arg] = use.line
+            alias = bound_local(use) if use.path in names else None
+            if alias:
+                names.add(alias)  # `g = req.tensor`: g is the buffer too
+                bound_at[alias] = use.line
                 continue
             if use.path in names and use.how in TOUCHES:
                 return use, buffer, handle
