@@ -17,7 +17,6 @@ copies to and from them are synchronous.
 from __future__ import annotations
 
 import threading
-
 from dataclasses import dataclass
 from typing import Any
 
