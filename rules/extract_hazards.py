@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING
 
 from .facts import NO_REGION, RETURNED, AsyncCopy, AsyncWork, FileFacts, FunctionFacts, Placement, Use
 from .extract import elements
+from .extract_handles import (BATCH_P2P, P2P_LAUNCHES, P2P_OP, P2P_SEND, loop_bindings, loop_sources, p2p_op_list,
+                              p2p_ops_in_display, p2p_ops_in_list, p2p_sends, p2p_tensor, work_aliases)
 from .options import matches_name
 from .travelling_handles import held_through, travelling_fields
 
@@ -97,6 +99,8 @@ class HazardCollector:
         self.bound_to: dict[int, str] = {}  # id(value expression) -> the path its result is bound or appended to
         self.escaping_calls: set[int] = set()  # id() of calls whose result is a view handed out (returned)
         self.loop_vars: dict[int, dict[str, tuple[str, ...]]] = {}  # id(function facts) -> loop var -> iterated paths
+        self.p2p_made: dict[int, dict[str, list[str]]] = {}  # id(function facts) -> where P2POps went -> tensors
+        self.iterations: set[int] = set()  # id() of the expressions loops iterate: naming them reads no element
         self.handlers = {
             ast.Call: self._call, ast.Assign: self._assign, ast.AnnAssign: self._assign,
             ast.AugAssign: self._aug_assign, ast.Delete: self._delete, ast.Return: self._escape,
@@ -116,6 +120,8 @@ class HazardCollector:
 
     def _use(self, path: str, how: str, node: ast.AST, arg: str = "", at_end: bool = False) -> None:
         line, column = node.lineno, node.col_offset + 1
+        if how == "read" and id(node) in self.iterations:
+            arg = "for"  # `for t in bufs`, `zip(bufs, ...)`: the container is iterated, its tensors not read
         if at_end:  # a binding or free takes effect after its statement's expressions ran
             end = node.end_lineno or node.lineno, (node.end_col_offset or 0) + 1
             self.fn.uses.append(Use(path, how, *end, self.v.region, self.v.blocks[-1], arg, line, column))
@@ -175,6 +181,9 @@ class HazardCollector:
         if is_true(keywords.get("async_op")) and self._is_collective(node, callee):
             self._async_work(node, last, keywords)
             return
+        if last in P2P_LAUNCHES or last in (P2P_OP, BATCH_P2P):
+            if self._p2p(node, callee, last):
+                return
         if isinstance(func, ast.Attribute) and not self._is_module(func.value):
             self.skip.add(id(func))
             self._method_call(node, func.attr, func.value, keywords)
@@ -219,6 +228,43 @@ class HazardCollector:
         self.fn.async_works.append(AsyncWork(
             op, self.bound_to.get(id(node), ""), tuple(tensors), node.lineno, node.col_offset + 1,
             node.end_lineno or node.lineno, self.v.blocks[-1], self.v.region))
+
+    def _p2p(self, node: ast.Call, callee: str, last: str) -> bool:
+        """Point-to-point launches (extract_handles.py); True when the call is accounted for."""
+        func = node.func
+        if isinstance(func, ast.Attribute) and not self._is_module(func.value):
+            return False  # a method of some object, not torch.distributed's
+        if isinstance(func, ast.Name) and not self.v.facts.imports.get(callee, "").startswith(("torch", "deepspeed")):
+            return False
+        if last == P2P_OP:  # `ops.append(P2POp(dist.irecv, t, peer))`, `op = P2POp(...)`: remember where it went
+            tensor = p2p_tensor(node, last)
+            path, dest = self.access_path(tensor) if tensor is not None else None, self.bound_to.get(id(node))
+            if path and dest:
+                self.p2p_made.setdefault(id(self.fn), {}).setdefault(dest, []).append(
+                    (path, p2p_sends(node, self.dotted)))
+            return False  # the constructor's arguments escape into it, as any constructor's
+        if isinstance(func, ast.Attribute):
+            self._mark(func)
+        if last == BATCH_P2P:
+            ops = p2p_op_list(node)
+            tensors = [(p, sent) for p, sent in ((self.access_path(t), sent) for t, sent in
+                                                 p2p_ops_in_display(ops, self.dotted)) if p]
+            ops_path = self.access_path(ops) if ops is not None else None
+            if ops_path:
+                self._mark(ops)
+                tensors += p2p_ops_in_list(self.fn, ops_path, self.p2p_made.get(id(self.fn), {}))
+        else:
+            tensor = p2p_tensor(node, last)
+            path = self._mark(tensor) if tensor is not None else None
+            tensors = [(path, last == P2P_SEND)] if path else []
+        handle = self.bound_to.get(id(node), "")
+        for sent, op in ((False, last), (True, P2P_SEND)):  # a batch's receives, then its sends (only read)
+            paths = tuple(dict.fromkeys(p for p, s in tensors if s == sent))
+            if paths or (not tensors and not sent):
+                self.fn.async_works.append(AsyncWork(
+                    op if last == BATCH_P2P else last, handle, paths, node.lineno, node.col_offset + 1,
+                    node.end_lineno or node.lineno, self.v.blocks[-1], self.v.region))
+        return True
 
     def _method_call(self, node: ast.Call, method: str, receiver: ast.AST, keywords: dict) -> None:
         non_blocking = is_true(keywords.get("non_blocking"))
@@ -395,13 +441,16 @@ class HazardCollector:
                     self._use(path, "escape", elt, RETURNED)
 
     def _loop(self, node: ast.For | ast.AsyncFor | ast.comprehension) -> None:
-        if isinstance(node.target, ast.Name):
-            if isinstance(node.iter, (ast.Tuple, ast.List)):  # `for t in (x, mix, sqr): t.record_stream(s)`
-                iterated = tuple(p for p in map(self.access_path, node.iter.elts) if p)
-            else:
-                iterated = tuple(p for p in [self.access_path(node.iter)] if p)
-            if iterated:
-                self.loop_vars.setdefault(id(self.fn), {})[node.target.id] = iterated
+        # `for t in (x, mix, sqr): t.record_stream(s)`, `for req in reqs: req.wait()`, `for a, b in zip(xs, ys)`
+        bindings, iterated = loop_bindings(node.target, node.iter, self.access_path)
+        self.iterations.update(id(expr) for expr in iterated)
+        for var, source in loop_sources(node.target, node.iter):  # `for req in batch_isend_irecv(ops)`: the
+            name = f"(iter@{source.lineno}:{source.col_offset + 1})"  # handles the loop waits, by a name
+            for expr in _bound_values(source):
+                self.bound_to[id(expr)] = name
+            bindings.append((var, (name,)))
+        for var, paths in bindings:
+            self.loop_vars.setdefault(id(self.fn), {})[var] = paths
 
     def _if(self, node: ast.If) -> None:
         if node.orelse:
@@ -455,7 +504,8 @@ class HazardCollector:
         """Keep only the uses and placements a hazard rule can look at, and the source lines they point to."""
         travelling = travelling_fields(facts.functions)
         for fn in facts.functions:
-            interesting = {p for c in fn.async_copies for p in (c.dst, c.src) if p}
+            interesting = work_aliases(fn, self.loop_vars.get(id(fn), {}))
+            interesting.update(p for c in fn.async_copies for p in (c.dst, c.src) if p)
             interesting.update(held_through(fn, travelling))
             interesting.update(p for w in fn.async_works for p in w.tensors + (w.handle,) if p)
             interesting.update(u.path for u in fn.uses if u.region != NO_REGION)

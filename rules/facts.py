@@ -170,6 +170,9 @@ class AsyncWork:
     end_line: int
     block: tuple[int, int] = (0, 0)
     region: int = NO_REGION  # the innermost stream region it is launched in: the stream a wait on it follows
+    # Other paths holding its tensors at the launch (containers they went into, bases they view, loop containers):
+    # extract_handles.py.
+    aliases: tuple[str, ...] = ()
 
 
 @dataclass

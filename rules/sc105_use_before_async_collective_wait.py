@@ -12,9 +12,11 @@ from .hazard_flow import uses_after
 from .program import Function, Program
 from .races import exits_before
 from .rule import Rule, location
-from .travelling_handles import TravellingTouch, travelling_touches
+from .extract_handles import BATCH_P2P, P2P_LAUNCHES, P2P_SEND
+from .travelling_handles import TravellingTouch, bound_local, travelling_touches
 
 TOUCHES = frozenset({"read", "write", "host", "stream"})
+P2P_OPS = P2P_LAUNCHES | {BATCH_P2P}  # asynchronous without `async_op=True`
 _waiting_memo: "WeakKeyDictionary[Program, dict]" = WeakKeyDictionary()
 
 
@@ -31,7 +33,11 @@ class UseBeforeAsyncCollectiveWait(Rule):
         (`req.work = work; req.out = out`, or `self._work` beside `self._out`) travels with it: another function
         of the file (of the class, for `self.`) that mentions the handle's field and touches the buffer's field
         (or a name bound from it) before waiting the handle is reported too (torchrec's `Request` in autograd's
-        backward).
+        backward). Point-to-point launches are async without the flag: `dist.isend`, `dist.irecv` and
+        `dist.batch_isend_irecv(ops)` with the tensors of the `P2POp`s that went into `ops` (a send's tensor is
+        only read: only writing it counts). The tensor is also touched through what holds it at the launch:
+        the list it was appended to, the base it views, the container a loop variable iterates, and names
+        bound from those (iterating a container is no touch).
 
     Why it is bad:
         An async collective runs on the communication library's stream; the calling stream does not wait for it
@@ -134,6 +140,34 @@ class AllToAll:
         req.out = None
         return grad.div_(2)
 """,
+        # Point-to-point: the receives of a batch are waited through the loop over its handles; reading a
+        # tensor that is being sent is no race.
+        """
+import torch
+import torch.distributed as dist
+
+def exchange(sends, recvs, peers):
+    ops = []
+    for peer, send, recv in zip(peers, sends, recvs):
+        ops.append(dist.P2POp(dist.isend, send, peer))
+        ops.append(dist.P2POp(dist.irecv, recv, peer))
+    reqs = dist.batch_isend_irecv(ops)
+    total = torch.cat(sends).sum()
+    for req in reqs:
+        req.wait()
+    return torch.cat(recvs) + total
+""",
+        # One element of a list by a constant index is no path of its own: the other elements stay usable.
+        """
+import torch.distributed as dist
+
+def roll(send_list, recv_list, prev, nxt, first):
+    ops = [dist.irecv(tensor=recv_list[1], src=prev)]
+    if first:
+        recv_list[0].zero_()
+    for op in ops:
+        op.wait()
+""",
     ]
 
     INVALID = [
@@ -178,6 +212,48 @@ class SizesAwaitable:
         if self._work is None:
             return []
         return self._sizes.tolist()  # expect: SC105
+""",
+        # The received tensors are read through the list they were put in, before the batch's handles are waited.
+        """
+import torch
+import torch.distributed as dist
+
+def exchange(sends, peers, shape):
+    received = []
+    ops = []
+    for peer, send in zip(peers, sends):
+        recv = torch.empty(shape, device="cuda")
+        received.append(recv)
+        ops.append(dist.P2POp(dist.isend, send, peer))
+        ops.append(dist.P2POp(dist.irecv, recv, peer))
+    reqs = dist.batch_isend_irecv(ops)
+    return torch.cat(received)  # expect: SC105
+""",
+        # A single receive, read before its handle is waited.
+        """
+import torch.distributed as dist
+
+def receive(buf, src):
+    req = dist.irecv(buf, src=src)
+    shape = buf.tolist()  # expect: SC105
+    req.wait()
+    return shape
+""",
+        # Through the list the reduced tensors were appended to (FSDP's sharded grad scaler, less its wait).
+        """
+import torch
+import torch.distributed as dist
+
+def unscale(found_infs, group):
+    works = []
+    on_device = []
+    for found in found_infs:
+        dev = found.to("cuda")
+        on_device.append(dev)
+        works.append(dist.all_reduce(dev, async_op=True, group=group))
+    torch._foreach_copy_(found_infs, on_device)  # expect: SC105
+    for work in works:
+        work.wait()
 """,
         """
 import torch.distributed as dist
@@ -264,27 +340,48 @@ def gather(out, shard, group):
         waits = [u.line for u in facts.uses if work.handle and u.path in handles and u.how == "wait"
                  and u.line >= work.line]  # a handle exists only after its call: any wait of it comes later
         handle_travels = any(u.path in handles and u.how == "escape" for u in facts.uses)
-        for use in uses_after(facts, tensor, work.line, work.end_line):
+        # The tensor, and the paths that hold it (extract_handles.py): the first one's aliases at the launch.
+        aliases = set(work.aliases) if tensor == work.tensors[0] else set()
+        watched = {tensor} | aliases
+        learned: dict[str, int] = {}  # a name bound from a watched one after the launch -> the line it was bound
+        uses = sorted((u for path in watched | {bound_local(u) for u in facts.uses if u.path in watched} - {None}
+                       for u in uses_after(facts, path, work.line, work.end_line)), key=lambda u: (u.line, u.column))
+        for use in uses:
+            if use.path not in watched:
+                continue
             if any(wait <= use.line and not exits_before(function, wait, use.line) for wait in waits):
                 continue  # waited on its way (a wait in a block that returns first is on no path to it)
             if use.how == "escape" and use.arg == RETURNED and work.handle and not handle_travels:
-                return self._returned(function, work, tensor, use)  # handed to the caller, the handle stays here
+                return self._returned(function, work, use.path, use)  # handed to the caller, the handle stays here
+            local = bound_local(use)
+            if local:
+                watched.add(local)  # `gathered = bufs[i]`: the name holds the buffer too
+                learned[local] = use.line
+                continue
+            if use.how in ("rebind", "free") and use.path != tensor:
+                if (use.start_line or use.line) <= learned.get(use.path, -1) <= use.line:
+                    continue  # the binding that made it an alias
+                watched.discard(use.path)  # another tensor from here on
+                continue
             if use.how in ("rebind", "escape", "free"):
                 return None
-            if use.how not in TOUCHES:
-                continue
+            if use.how not in TOUCHES or use.arg == "for":
+                continue  # iterating a container of tensors reads none of them
+            if work.op == P2P_SEND and use.how != "write":
+                continue  # a send only reads its tensor: reading it too is no race
             if _waited_by_call(program, function, work.end_line, use.line):
                 return None
             handle = f"`{work.handle}`" if work.handle else "its handle (dropped)"
             verb = "written" if use.how == "write" else "read"
+            held = f"`{use.path}` (it holds `{tensor}`)" if use.path != tensor else f"`{tensor}`"
             return Finding(
                 rule=self.id,
-                message=(f"`{tensor}` is {verb} while the async `{work.op}` (line {work.line}) may still be using "
+                message=(f"{held} is {verb} while the async `{work.op}` (line {work.line}) may still be using "
                          f"it: {handle} is not waited before"),
                 primary=location(function, use.line, use.column, ROLE_WRITE if use.how == "write" else ROLE_READ,
                                  f"{use.arg or 'use'} in {facts.qualname}"),
                 related=(location(function, work.line, work.column, ROLE_CALL,
-                                  f"{work.op}(..., async_op=True)"),),
+                                  f"{work.op}(..., async_op=True)" if work.op not in P2P_OPS else f"{work.op}(...)"),),
                 fix=(f"Call `{work.handle or 'work'}.wait()` before line {use.line} (it orders the current stream "
                      f"after the collective without blocking the host)."),
                 kind="WAR" if use.how == "write" else "RAW",

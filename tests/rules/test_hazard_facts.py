@@ -111,7 +111,7 @@ def test_async_collectives_handles_and_waits():
     reduce = _fn(facts, "Reducer.reduce")
     assert reduce.async_works == [
         AsyncWork("all_reduce", "handles", ("t",), _line("handles.append(dist"), 28, _line("handles.append(dist"),
-                  (_line("handles.append(dist"), _line("handles.append(dist"))),
+                  (_line("handles.append(dist"), _line("handles.append(dist")), aliases=("tensors",)),  # loop's list
         AsyncWork("instrument()", "work", ("self.grads", "param.ds_tensor", "param.grad"),
                   _line("work = instrument"), 16, _line("work = instrument")),
     ]
