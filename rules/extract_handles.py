@@ -58,16 +58,21 @@ def p2p_op_list(node: ast.Call) -> ast.AST | None:
     return next((k.value for k in node.keywords if k.arg == "p2p_op_list"), None)
 
 
-def p2p_ops_in_display(ops: ast.AST, dotted: Callable[[ast.AST], str]) -> list[tuple[ast.AST, bool]]:
-    """(tensor, sent) of the `P2POp(...)` calls written in a list display handed to `batch_isend_irecv`."""
+def p2p_ops_in_display(ops: ast.AST, dotted: Callable[[ast.AST], str], path_of: Callable[[ast.AST], str | None],
+                       made: dict[str, list[tuple[str, bool]]]) -> list[tuple[str, bool]]:
+    """(tensor, sent) of the ops in a list display handed to `batch_isend_irecv`: `P2POp(...)` calls written
+    there, or names bound to one before (`[recv_prev_op]`)."""
     if not isinstance(ops, (ast.List, ast.Tuple)):
         return []
     found = []
     for elt in ops.elts:
         if isinstance(elt, ast.Call) and dotted(elt.func).rsplit(".", 1)[-1] == P2P_OP:
             tensor = p2p_tensor(elt, P2P_OP)
-            if tensor is not None:
-                found.append((tensor, p2p_sends(elt, dotted)))
+            path = path_of(tensor) if tensor is not None else None
+            if path:
+                found.append((path, p2p_sends(elt, dotted)))
+        elif path_of(elt):
+            found.extend(made.get(path_of(elt) or "", ()))
     return found
 
 
@@ -188,6 +193,7 @@ def work_aliases(fn: FunctionFacts, loop_vars: dict[str, tuple[str, ...]]) -> se
         at_launch = closure(tensors, alias_edges(fn, loop_vars, work.end_line), handles)
         aliases = tuple(p for p in at_launch if p not in tensors)
         keep.update(closure(tensors, everywhere, handles))
+        keep.update(h for h in handles if _plain(h))  # the lists they went into: bound here, or not (a global)
         works.append(replace(work, aliases=aliases) if aliases else work)
     fn.async_works = works
     return keep

@@ -247,12 +247,12 @@ class HazardCollector:
             self._mark(func)
         if last == BATCH_P2P:
             ops = p2p_op_list(node)
-            tensors = [(p, sent) for p, sent in ((self.access_path(t), sent) for t, sent in
-                                                 p2p_ops_in_display(ops, self.dotted)) if p]
+            made = self.p2p_made.get(id(self.fn), {})
+            tensors = p2p_ops_in_display(ops, self.dotted, self.access_path, made) if ops is not None else []
             ops_path = self.access_path(ops) if ops is not None else None
             if ops_path:
                 self._mark(ops)
-                tensors += p2p_ops_in_list(self.fn, ops_path, self.p2p_made.get(id(self.fn), {}))
+                tensors += p2p_ops_in_list(self.fn, ops_path, made)
         else:
             tensor = p2p_tensor(node, last)
             path = self._mark(tensor) if tensor is not None else None

@@ -13,6 +13,7 @@ from .program import Function, Program
 from .races import exits_before
 from .rule import Rule, location
 from .extract_handles import BATCH_P2P, P2P_LAUNCHES, P2P_SEND
+from .handles_at_exit import finding as left_in_flight_finding, left_in_flight
 from .travelling_handles import TravellingTouch, bound_local, travelling_touches
 
 TOUCHES = frozenset({"read", "write", "host", "stream"})
@@ -37,7 +38,9 @@ class UseBeforeAsyncCollectiveWait(Rule):
         `dist.batch_isend_irecv(ops)` with the tensors of the `P2POp`s that went into `ops` (a send's tensor is
         only read: only writing it counts). The tensor is also touched through what holds it at the launch:
         the list it was appended to, the base it views, the container a loop variable iterates, and names
-        bound from those (iterating a container is no touch).
+        bound from those (iterating a container is no touch). A function that returns (falling off its end)
+        with the handle neither waited nor handed on (returned, stored, passed on) while a tensor its caller
+        holds (a parameter, what a parameter holds, a `self.` attribute) is in flight is reported at the launch.
 
     Why it is bad:
         An async collective runs on the communication library's stream; the calling stream does not wait for it
@@ -157,6 +160,25 @@ def exchange(sends, recvs, peers):
         req.wait()
     return torch.cat(recvs) + total
 """,
+        # The caller's tensors go back with the handle, or after the wait; a handle stored in a global list
+        # (waited by another function) is handed on.
+        """
+import torch.distributed as dist
+
+_pending = []
+
+def gather(outputs, inputs, group, async_op=False):
+    reqs = []
+    for out, inp in zip(outputs, inputs):
+        reqs.append(dist.all_gather_into_tensor(out, inp, group=group, async_op=True))
+    if async_op:
+        return reqs[-1]
+    reqs[-1].wait()
+
+def send(tensor, dst):
+    op = dist.isend(tensor, dst)
+    _pending.append(op)
+""",
         # One element of a list by a constant index is no path of its own: the other elements stay usable.
         """
 import torch.distributed as dist
@@ -229,6 +251,17 @@ def exchange(sends, peers, shape):
     reqs = dist.batch_isend_irecv(ops)
     return torch.cat(received)  # expect: SC105
 """,
+        # The function returns while the caller's buffer is still being received (a synchronous wrapper whose
+        # wait went missing): nothing can wait for it any more.
+        """
+import torch.distributed as dist
+
+def recv_from_prev(recv_buffer, prev_rank):
+    op = dist.P2POp(dist.irecv, recv_buffer, prev_rank)
+    reqs = dist.batch_isend_irecv([op])  # expect: SC105
+    for req in reqs:
+        pass
+""",
         # A single receive, read before its handle is waited.
         """
 import torch.distributed as dist
@@ -287,15 +320,20 @@ def gather(out, shard, group):
     ]
 
     def check(self, program: Program) -> Iterable[Finding]:
+        reported = set()  # (function, launch line): one finding per unwaited launch is enough
         for function in program.functions.values():
             for work in function.facts.async_works:
                 for tensor in work.tensors:
                     finding = self._first_touch(program, function, work, tensor)
                     if finding is not None:
+                        reported.add((function.id, work.line))
                         yield finding
         for touch in travelling_touches(program):
             if not _waited_by_call(program, touch.function, touch.function.facts.line, touch.use.line):
                 yield self._travelling(touch)
+        for left in left_in_flight(program, _waited_by_call):
+            if (left.function.id, left.work.line) not in reported:
+                yield left_in_flight_finding(self.id, left)
 
     def _returned(self, function: Function, work: AsyncWork, tensor: str, use) -> Finding:
         facts = function.facts

@@ -212,5 +212,9 @@ def test_sc105_dropped_handle_and_assert_shaped_exclusion():
     """
     findings = _found({"f.py": source})
     first_mul = _lines_of(source, "t.mul_(2)")[0]
-    assert _summary(findings) == [("SC105", "f.py", first_mul, "WAR")]
+    # the other arm's `t.mul_(2)` is no use after the launch; but `either` returns with the caller's `t` still
+    # being reduced and `handle` never waited (handles_at_exit.py): one finding at the launch
+    launch = _lines_of(source, "handle = dist.all_reduce")[0]
+    assert _summary(findings) == [("SC105", "f.py", first_mul, "WAR"), ("SC105", "f.py", launch, "RAW")]
     assert "its handle (dropped)" in findings[0].message
+    assert "either returns while the async `all_reduce`" in findings[1].message
