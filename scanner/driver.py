@@ -323,17 +323,24 @@ def _analyze_files(read, config, backend: RulesBackend, cache, jobs, progress, r
     """Facts for every file (cache, else extraction), then the selected rules over all of them."""
     findings: list[Finding] = []
     facts_list: list[Any] = []
+    # The facts go to the rules in file order, whichever came from the cache and in whatever order the workers
+    # finished: a scan with one file changed hands the rules the same list as a cold one.
+    position = {id(file): index for index, (file, _) in enumerate(read)}
+    positions: list[int] = []
     to_extract: list[tuple[SourceFile, Source, str | None]] = []
     for file, source in read:
         key = cache.key(file.display, source.digest) if cache else None
         entry = cache.get(key) if key else None
         if entry is not None and _use_entry(entry, file, source, backend, facts_list, findings):
             result.cached += 1
+            positions += [position[id(file)]] * (len(facts_list) - len(positions))
         else:
             to_extract.append((file, source, key))
     for file, source, outcome in extract_all(to_extract, backend, cache, jobs, progress):
         result.parsed += 1
         _take_outcome(outcome, file, source, backend, facts_list, findings)
+        positions += [position[id(file)]] * (len(facts_list) - len(positions))
+    facts_list = [facts for _, facts in sorted(zip(positions, facts_list), key=lambda pair: pair[0])]
     if cache and to_extract:  # something changed: a good moment to drop what no scan has used for a while
         cache.prune({cache.key(file.display, source.digest) for file, source in read})
     clock.lap("extraction")
