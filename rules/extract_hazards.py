@@ -106,6 +106,7 @@ class HazardCollector:
             ast.AugAssign: self._aug_assign, ast.Delete: self._delete, ast.Return: self._escape,
             ast.Yield: self._escape, ast.YieldFrom: self._escape, ast.For: self._loop, ast.AsyncFor: self._loop,
             ast.comprehension: self._loop, ast.If: self._if, ast.Name: self._name, ast.Attribute: self._attribute,
+            ast.arguments: self._defaults,
         }
 
     def see(self, node: ast.AST) -> None:
@@ -236,6 +237,8 @@ class HazardCollector:
             return False  # a method of some object, not torch.distributed's
         if isinstance(func, ast.Name) and not self.v.facts.imports.get(callee, "").startswith(("torch", "deepspeed")):
             return False
+        if any(part == "ops" or "functional" in part for part in callee.split(".")):
+            return False  # `torch.ops._c10d_functional.irecv(t, ...)` returns a tensor, no handle
         if last == P2P_OP:  # `ops.append(P2POp(dist.irecv, t, peer))`, `op = P2POp(...)`: remember where it went
             tensor = p2p_tensor(node, last)
             path, dest = self.access_path(tensor) if tensor is not None else None, self.bound_to.get(id(node))
@@ -305,9 +308,10 @@ class HazardCollector:
                     self._use(iterated, "wait", node)
             return
         if method in STORING_METHODS:
-            for arg in node.args:
-                if isinstance(arg, ast.Call) and path:
-                    self.bound_to[id(arg)] = path  # `handles.append(dist.all_reduce(..., async_op=True))`
+            for arg in node.args:  # `handles.append(dist.all_reduce(..., async_op=True))`, `.extend(... for p in ps)`
+                for made in _bound_values(arg) if path else ():
+                    if isinstance(made, ast.Call):
+                        self.bound_to[id(made)] = path
             self._arguments(node, "escape")
             if path:  # where a stored handle or tensor went: `handles.append(work)`
                 for arg in node.args:
@@ -443,7 +447,15 @@ class HazardCollector:
     def _loop(self, node: ast.For | ast.AsyncFor | ast.comprehension) -> None:
         # `for t in (x, mix, sqr): t.record_stream(s)`, `for req in reqs: req.wait()`, `for a, b in zip(xs, ys)`
         bindings, iterated = loop_bindings(node.target, node.iter, self.access_path)
-        self.iterations.update(id(expr) for expr in iterated)
+        for expr in iterated:  # the nodes that spell the path, down to the name a use is recorded at
+            while True:
+                self.iterations.add(id(expr))
+                if isinstance(expr, (ast.Attribute, ast.Subscript, ast.Starred)):
+                    expr = expr.value
+                elif _is_view_call(expr, self.view_methods):
+                    expr = expr.func.value
+                else:
+                    break
         for var, source in loop_sources(node.target, node.iter):  # `for req in batch_isend_irecv(ops)`: the
             name = f"(iter@{source.lineno}:{source.col_offset + 1})"  # handles the loop waits, by a name
             for expr in _bound_values(source):
@@ -451,6 +463,13 @@ class HazardCollector:
             bindings.append((var, (name,)))
         for var, paths in bindings:
             self.loop_vars.setdefault(id(self.fn), {})[var] = paths
+
+    def _defaults(self, node: ast.arguments) -> None:
+        """`def post(t=slice_tensor): ...`: a default captures the tensor for later, it reads nothing now."""
+        for default in [*node.defaults, *(d for d in node.kw_defaults if d is not None)]:
+            path = self._mark(default)
+            if path:
+                self._use(path, "escape", default)
 
     def _if(self, node: ast.If) -> None:
         if node.orelse:
