@@ -10,6 +10,7 @@ from dataclasses import replace
 from .extract_names import COPYING_METHODS, HOST_ONLY_FUNCTIONS, NOT_PRODUCERS, NOT_TENSOR_WORDS, PRODUCING_METHODS
 from .extract_paths import access_path, dotted, elements
 from .facts import MODULE_SCOPE, NO_REGION, AttrFunction
+from .streams import captures_current
 from .torch_api import TORCH_CALLABLES
 
 ALIAS = "="  # the op of a binding recorded as where an attribute's tensor comes from (see visit_Assign)
@@ -26,8 +27,13 @@ class Bindings(ast.NodeVisitor):
             values = [node.value.body, node.value.orelse] if isinstance(node.value, ast.IfExp) else [node.value]
             for value in values:
                 text = ast.unparse(value)
-                if "stream" in text.lower() and len(text) < 200:
+                named_stream = "stream" in node.targets[0].id.lower() and isinstance(value, (ast.Name, ast.Attribute))
+                if ("stream" in text.lower() or named_stream) and len(text) < 200:  # `stream = self.s1 if ...`
                     self.fn.stream_aliases.setdefault(node.targets[0].id, []).append(text)
+        elif self.detailed and len(node.targets) == 1 and dotted(node.targets[0]).count(".") == 1 \
+                and dotted(node.targets[0]).startswith("self.") and captures_current(ast.unparse(node.value)):
+            # `self.s0 = torch.cuda.default_stream()`: a stream captured by value (streams._current_attribute)
+            self.fn.stream_aliases.setdefault(dotted(node.targets[0]), []).append(ast.unparse(node.value))
         if isinstance(node.value, (ast.Name, ast.Attribute)):
             for target in node.targets:
                 if isinstance(target, ast.Attribute):
@@ -36,6 +42,7 @@ class Bindings(ast.NodeVisitor):
         self.generic_visit(node)
         if not self.detailed or len(node.targets) != 1:
             return
+        self._name_recorded_event(node.targets[0], node.value)
         self._through_container(node.targets[0], node.value)
         target, end = node.targets[0], (node.end_lineno or node.lineno, (node.end_col_offset or 0) + 1)
         if self._produces_tensor(node.value):
@@ -92,6 +99,18 @@ class Bindings(ast.NodeVisitor):
             return False
         receiver = dotted(func.value).lower()
         return not any(word in receiver for word in ("event", "stream", "work", "handle", "fut"))
+
+    def _name_recorded_event(self, target: ast.AST, value: ast.AST) -> None:
+        """`ev = s.record_event()`: the record's event is `ev` (extract_calls.py files it under the call's text)."""
+        if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)
+                and value.func.attr == "record_event" and isinstance(target, (ast.Name, ast.Attribute))):
+            return
+        text, name = dotted(value), dotted(target)
+        for i in range(len(self.fn.syncs) - 1, -1, -1):
+            sync = self.fn.syncs[i]
+            if sync.kind == "record" and sync.receiver == text and sync.line == value.lineno:
+                self.fn.syncs[i] = replace(sync, receiver=name)
+                return
 
     def _bound_in_region(self, target: ast.AST, value: ast.AST) -> bool:
         """An attribute bound inside a stream region to a path, or to what a call returns, unless the call only

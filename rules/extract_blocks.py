@@ -74,7 +74,7 @@ class RegionsAndBlocks(ast.NodeVisitor):
 
     def visit_If(self, node: ast.If) -> None:
         self.visit(node.test)
-        self._visit_block(node.body)
+        self._visit_block(node.body, guarded=not _only_if_it_exists(node))
         self._visit_block(node.orelse)
 
     def visit_For(self, node: ast.For | ast.AsyncFor) -> None:
@@ -115,6 +115,20 @@ class RegionsAndBlocks(ast.NodeVisitor):
 
     visit_IfExp = visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = _visit_conditional_expr
     visit_BoolOp = visit_Lambda = _visit_conditional_expr
+
+
+def _only_if_it_exists(node: ast.If) -> bool:
+    """`if self.s1 is not None: self.s1.synchronize()`: the body uses the tested object, which every path that
+    has it uses; the condition says whether there is one, not whether to wait (not a guard)."""
+    test = node.test
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.IsNot) \
+            and isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None:
+        test = test.left
+    if not isinstance(test, (ast.Name, ast.Attribute)) or len(node.body) != 1:
+        return False
+    stmt = node.body[0]
+    return (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
+            and isinstance(stmt.value.func, ast.Attribute) and ast.dump(stmt.value.func.value) == ast.dump(test))
 
 
 def _ends_in_exit(stmt: ast.AST) -> bool:

@@ -53,6 +53,10 @@ class CallsAndAccesses(ast.NodeVisitor):
         sync_kind = self._sync_kind(node, callee, method, receiver)
         if sync_kind:
             arg = dotted(node.args[0]) if node.args else ""
+            if method == "record_event" and not arg:
+                # `s.record_event()` records a new event on s: the event is the call's value (named by the
+                # assignment that takes it, bindings.py), the stream its argument
+                receiver, arg = dotted(node), receiver
             self.fn.syncs.append(
                 Sync(sync_kind, receiver, line, col, arg, self.region, self.blocks[-1], method or last))
         on_module = receiver.split(".", 1)[0] in self.facts.imports  # `torch.add(...)`, `dist.all_reduce(...)`

@@ -144,15 +144,20 @@ def recorded_streams(program: "Program", event: str) -> frozenset[str]:
     return index.get(event, frozenset())
 
 
+def recording_stream(program: "Program", function: "Function", sync: Sync) -> str:
+    """The stream a record puts its event on: `ev.record(s)` / `s.record_event()` name it, else the current one."""
+    here = site_stream(program, function, sync.region)
+    on = stream_id(program, function, sync.arg) if sync.arg else here
+    return here if on == CURRENT_STREAM else on
+
+
 def _records(program: "Program") -> dict[str, frozenset[str]]:
     found: dict[str, set[str]] = {}
     for function in program.functions.values():
         local: dict[str, set[str]] = {}
         for sync in function.facts.syncs:
             if sync.kind == "record":
-                here = site_stream(program, function, sync.region)
-                on = stream_id(program, function, sync.arg) if sync.arg else here
-                stream = here if on == CURRENT_STREAM else on
+                stream = recording_stream(program, function, sync)
                 local.setdefault(sync.receiver, set()).add(stream)
                 found.setdefault(event_id(program, function, sync.receiver), set()).add(stream)
         for sync in function.facts.syncs:

@@ -92,10 +92,18 @@ def _producer(program: Program, reader: Function, read: Access) -> str | None:
         return None  # `self.dp_process_group`, `world_size` handed down to a collective wrapper
     if _uploads(reader, read) or any(word in read.path.rsplit(".", 1)[-1].lower() for word in HOST_WORDS):
         return None  # `batch.to(device)`, `dst.copy_(host_buf)` on a copy stream: host memory, made by no stream
-    if from_outside and _tensor_position(reader, read) and next(matching(program, reader, read, "write"),
-                                                                 None) is None:
+    if from_outside and _tensor_position(reader, read) and not any(
+            not _rebound_later(reader, read, writer, write) for writer, write in matching(program, reader, read,
+                                                                                          "write")):
         return OUTSIDE
     return None
+
+
+def _rebound_later(reader: Function, read: Access, writer: Function, write: Access) -> bool:
+    """`activation = activation.clone()` after the read of the parameter: a new tensor under the old name, not
+    the producer of what was read (TRL's pack hook)."""
+    return (writer is reader and write.fresh and "." not in read.path
+            and (write.line, write.column) > (read.line, read.column))
 
 
 def _uploads(reader: Function, read: Access) -> bool:

@@ -27,6 +27,9 @@ GUESSES_PER_CHAIN = 1
 __all__ = ["CURRENT_STREAM", "Edge", "Function", "Program"]
 
 
+HANDOFF_CALL_LINES = 8  # how far above an argument a multi-line call may start
+
+
 class Program(CallGraph):
     """Build once per scan from every file's facts; rules only read it."""
 
@@ -191,12 +194,24 @@ class Program(CallGraph):
         """The function's own accesses and those its calls make through the callees' parameters, in source order."""
         found = self._accesses_in.get(function.id)
         if found is None:
+            own = _without_resolved_handoffs(function.facts.accesses, self.exact_edges_of(function.id))
             found = self._accesses_in[function.id] = sorted(
-                function.facts.accesses + bound_accesses(self, function), key=lambda a: (a.line, a.column))
+                own + bound_accesses(self, function), key=lambda a: (a.line, a.column))
         return found
 
     def all_accesses(self) -> Iterator[tuple[Function, Access]]:
         for function in self.functions.values():
             for access in self.accesses_in(function):
                 yield function, access
+
+
+def _without_resolved_handoffs(accesses: list[Access], exact_calls: Iterator[tuple[Call, list[Edge]]]) -> list[Access]:
+    """A local handed to code the scan holds (`self._num_bytes(t)`) is read where that code reads its parameter
+    (bound_accesses), not at the call: the extraction's hand-off read (extract_calls.py `_handed_off`, made
+    for code the scan does not see) is dropped there."""
+    resolved = {(call.callee.rsplit(".", 1)[-1], call.line) for call, _ in exact_calls}
+    if not resolved:
+        return list(accesses)
+    return [a for a in accesses if not (a.kind == "read" and any(
+        (a.op, line) in resolved for line in range(a.line - HANDOFF_CALL_LINES, a.line + 1)))]
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Iterator
 from .aliasing import access_keys, same_element
 from .callgraph import Edge, Function
 from .facts import NO_REGION, Access
-from .orderings import EVENT, Ordering, ordered_by, orderings_of, site_stream
+from .orderings import EVENT, Ordering, ordered_by, orderings_of, recording_stream, site_stream
 from .streams import CURRENT_STREAM, PARAM, UNKNOWN, display
 from .summaries import call_orderings
 
@@ -148,8 +148,7 @@ def _event_handed_off(program: "Program", function: Function, position: Position
     event travels (a queue, a dict per module) to a consumer that waits on it, which the lint cannot follow."""
     recorded = any(
         sync.kind == "record" and (sync.line, sync.column) > position
-        and site_stream(program, function, sync.region) == stream and not sync.arg
-        for sync in function.facts.syncs)
+        and recording_stream(program, function, sync) == stream for sync in function.facts.syncs)
     return recorded and program.memo("races.waits_on_events", lambda: any(
         o.target.startswith(EVENT) for fn in program.functions.values() for o in orderings_of(program, fn)))
 

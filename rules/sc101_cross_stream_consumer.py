@@ -192,9 +192,105 @@ class Bucket:
     def finish(self):
         torch.cuda.current_stream().wait_stream(self.reduce_stream)
 """,
+        # The stream chosen by a conditional between a side stream and a property that returns the current
+        # stream: the side arm switches, and the wait names the stream current at the hook (TRL >= 1.14).
+        """
+import torch
+
+class Offload(torch.autograd.graph.saved_tensors_hooks):
+    def __init__(self):
+        self.s1 = torch.cuda.Stream()
+        self.use_streams = True
+        super().__init__(self.pack, self.unpack)
+
+    @property
+    def s0(self):
+        return torch.cuda.current_stream()
+
+    def pack(self, activation):
+        if self.use_streams:
+            self.s1.wait_stream(self.s0)
+        stream = self.s1 if self.use_streams else self.s0
+        with torch.cuda.stream(stream):
+            cpu = torch.empty_like(activation, device="cpu", pin_memory=True)
+            cpu.copy_(activation, non_blocking=True)
+        return cpu
+
+    def unpack(self, cpu):
+        return cpu.to("cuda")
+""",
+        # A synchronize behind `if self.side is not None:` (there is a stream to drain) orders its callers too.
+        """
+import torch
+
+class Offload:
+    def offload(self, t):
+        self.side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self.side):
+            self.staged.copy_(t, non_blocking=True)
+
+    def drain(self):
+        if self.side is not None:
+            self.side.synchronize()
+
+    def total(self):
+        self.drain()
+        return self.staged.sum()
+""",
+        # A tensor handed to a helper the scan holds is read where the helper reads it: here only its size.
+        """
+import torch
+
+class Offload:
+    @staticmethod
+    def num_bytes(t):
+        return t.element_size() * t.nelement()
+
+    def stage(self, t):
+        self.side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self.side):
+            staged = t * 2
+        return self.num_bytes(staged)
+""",
     ]
 
     INVALID = [
+        # The event comes from another stream's `record_event()`: waiting for it does not cover `side`.
+        """
+import torch
+
+def run(x, y, side, other):
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        x.copy_(y)  # expect: SC101
+    done = other.record_event()
+    torch.cuda.current_stream().wait_event(done)
+    return x * 2
+""",
+        # The same with the compute stream captured once at construction (TRL <= 1.13): the pack hook runs on
+        # its invoker's stream, which the wait on the captured stream does not order.
+        """
+import torch
+
+class Offload(torch.autograd.graph.saved_tensors_hooks):
+    def __init__(self):
+        self.s0 = torch.cuda.default_stream()
+        self.s1 = torch.cuda.Stream()
+        self.use_streams = True
+        super().__init__(self.pack, self.unpack)
+
+    def pack(self, activation):
+        if self.use_streams:
+            self.s1.wait_stream(self.s0)
+        stream = self.s1 if self.use_streams else self.s0
+        with torch.cuda.stream(stream):
+            cpu = torch.empty_like(activation, device="cpu", pin_memory=True)
+            cpu.copy_(activation, non_blocking=True)  # expect: SC101
+        return cpu
+
+    def unpack(self, cpu):
+        return cpu.to("cuda")
+""",
         # A gradient hook waits for the default stream: the backward op ran on its forward's stream (PR #7898).
         """
 import torch

@@ -263,6 +263,23 @@ def offload(state, key, host, side):
         host.copy_(state[key], non_blocking=True)
     del state[key]  # expect: SC104
 """,
+        # An earlier `param.grad = None` (another branch of the loop) allocates nothing (DeepSpeed ZeRO-3).
+        """
+import torch
+
+class Reducer:
+    def reduce(self, params):
+        with torch.cuda.stream(self.reduce_stream):
+            self.partition(params)
+
+    def partition(self, params):
+        for param in params:
+            if param.skip:
+                param.grad = None
+                continue
+            self.flat.copy_(param.grad.view(-1))
+            param.grad = None  # expect: SC104
+""",
         # A helper called only inside a side-stream region runs on that stream: its release needs the record too.
         """
 import torch
@@ -306,7 +323,8 @@ class Reducer:
                  first_use: Use, context) -> Finding | None:
         facts = function.facts
         bound_inside = any(  # allocated on the side stream itself
-            u.path == path and u.region == index and u.how == "rebind" and u.line < first_use.line for u in facts.uses)
+            u.path == path and u.region == index and u.how == "rebind" and u.arg != "None" and u.line < first_use.line
+        for u in facts.uses)
         if bound_inside or any(u.path == path and u.how == "record_stream" for u in facts.uses):
             return None
         if path.startswith("self.") and _bound_on_stream(program, function, path, program.stream_id(function, region)):

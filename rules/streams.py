@@ -38,6 +38,11 @@ def names_current(text: str) -> bool:
     return text in ("", "None") or bool(_NAMES_CURRENT.search(text))
 
 
+def captures_current(text: str) -> bool:
+    """`current_stream()` / `default_stream()` called (a value worth keeping: `self.s0 = ...`)."""
+    return bool(_NAMES_CURRENT.search(text))
+
+
 def names_default(text: str) -> bool:
     """`default_stream(...)`: the stream code outside every region runs on, even when read inside one (where
     `current_stream()` is the region's stream instead)."""
@@ -48,7 +53,10 @@ def stream_id(program: "Program", function: "Function", stream: "Region | str") 
     text = stream if isinstance(stream, str) else stream.stream
     aliases = function.facts.stream_aliases.get(text)
     if aliases:
-        named = list(dict.fromkeys(a for a in aliases if not names_current(a)))
+        # `stream = self.s1 if overlap else self.s0`, s0 the compute stream (a property returning
+        # `current_stream()`, or one captured at construction): the side arm is the one that switches.
+        named = list(dict.fromkeys(a for a in aliases if not names_current(a)
+                                   and not (len(aliases) > 1 and _current_attribute(program, function, a))))
         if not named:
             text = CURRENT_STREAM
         elif len(named) > 1:
@@ -68,6 +76,20 @@ def stream_id(program: "Program", function: "Function", stream: "Region | str") 
             return CURRENT_STREAM  # evaluated where it is used: TRL's `s0` property returning current_stream()
         return f"{text}@{program.attr_owner(function.file.path, function.owner, attr)}"
     return text
+
+
+def _current_attribute(program: "Program", function: "Function", text: str) -> bool:
+    """`self.<attr>` that is a property returning the current stream, or set only to `current_stream()` /
+    `default_stream()` values by the class's methods."""
+    if not text.startswith("self.") or text.count(".") != 1 or not function.owner:
+        return False
+    attr = text.split(".")[1]
+    if _property_names_current(program, function, attr):
+        return True
+    captured = program.memo(("streams.captured", function.file.path, function.owner), lambda: {
+        key: values for method in program.functions_of_class(function)
+        for key, values in method.facts.stream_aliases.items() if key.startswith("self.")})
+    return bool(captured.get(text)) and all(captures_current(v) for v in captured[text])
 
 
 def _property_names_current(program: "Program", function: "Function", attr: str) -> bool:
