@@ -329,15 +329,10 @@ def module_name(path: str) -> tuple[str, bool]:
 
 
 def needs_detail(source: str, options: StaticOptions) -> bool:
-    """Token prefilter: only files that mention streams, syncs or collectives can hold a stream region, a sync or
-    a consumer that matters; the rest only feed the call graph."""
-    words = _PREFILTER_WORDS | options.all_stream_contexts | options.all_collectives | options.all_sync_callables
-    return any(word.rsplit(".", 1)[-1] in source for word in words)
+    """Whether the file gets the detailed facts pass; the rest only feed the call graph (prefilter.py)."""
+    from .prefilter import needs_detail as mentions_streams
 
-
-_PREFILTER_WORDS = frozenset({
-    "stream", "synchronize", "non_blocking", "async_op", "pin_memory", "record_stream", "wait_event", "Event",
-})
+    return mentions_streams(source, options)
 
 
 def extract_facts(source: str, path: str, options: StaticOptions) -> FileFacts:

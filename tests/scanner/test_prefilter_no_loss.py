@@ -11,7 +11,8 @@ import pytest
 
 from streamcheck.rules.engine import analyze
 from streamcheck.rules.extract import extract
-from streamcheck.rules.facts import ParseFailure, extract_facts
+from streamcheck.rules.facts import ParseFailure, extract_facts, needs_detail
+from streamcheck.rules.prefilter import code_of
 from streamcheck.scanner.config import ScanConfig
 from streamcheck.scanner.extraction import few_collections
 from streamcheck.scanner.sources import Source, discover, read_source
@@ -65,3 +66,34 @@ def test_the_prefilter_loses_nothing_on_deepspeed_0_13_4(sdist):
     assert with_prefilter == with_full_facts
     assert len(with_prefilter) >= 6  # the hpZ findings and their siblings (tests/scanner/test_deepspeed_all_rules.py)
     assert passed_over >= 300
+
+
+PREFILTER_TREE = Path(__file__).resolve().parent / "data" / "prefilter_tree"
+
+
+def test_the_prefilter_reads_code_not_comments_or_strings():
+    options = ScanConfig(root=PREFILTER_TREE).static_options()
+    detailed = {path.name: needs_detail(path.read_text(), options) for path in (PREFILTER_TREE / "pkg").glob("*.py")}
+    # helpers.py says "stream", "synchronize", "all_reduce" only in its docstring, a comment and strings, and
+    # `reduced` is no collective; events.py's KVEvent is no CUDA Event; formatting.py names a stream in an f-string
+    assert detailed == {"__init__.py": False, "engine.py": True, "helpers.py": False, "events.py": False,
+                        "formatting.py": True}
+
+
+def test_the_prefilter_loses_nothing_on_a_tree_of_files_that_only_mention_the_words():
+    with_prefilter, with_full_facts, passed_over = _findings_both_ways(PREFILTER_TREE, "pkg")
+    assert with_prefilter == with_full_facts
+    assert passed_over == 3
+    assert [(rule, kind, Path(path).name, line, column) for rule, kind, path, line, column, *_ in with_prefilter] == [
+        ("SC101", "RAW", "engine.py", 9, 5), ("SC106", "WAR", "engine.py", 11, 9)]
+
+
+def test_code_of_drops_comments_and_strings_but_keeps_f_strings():
+    source = ('x = "a stream"  # stream\n'
+              "y = f\"{s.stream}\" + rb'\\x' + u\"q\"\n"
+              '"""doc\nstream"""\n'
+              "if z in\"abc\": t = '#'; w.wait_stream(v)\n")
+    assert code_of(source) == ('x =     \n'  # a space for each literal and comment
+                               'y = f"{s.stream}" + rb  + u \n'
+                               ' \n'
+                               'if z in : t =  ; w.wait_stream(v)\n')
