@@ -146,8 +146,9 @@ def _plain(path: str) -> bool:
 
 def alias_edges(fn: FunctionFacts, loop_vars: dict[str, tuple[str, ...]], until: int | None = None
                 ) -> dict[str, set[str]]:
-    """Undirected edges between the paths of `fn` that hold the same memory (up to line `until`): an escape into
-    one path (`y = x`, `bufs.append(x)`, `p = base.narrow(...)`), and a loop variable and what it iterates."""
+    """Undirected edges between the paths of `fn` that hold the same memory: an escape into one path (`y = x`,
+    `bufs.append(x)`, `p = base.narrow(...)`; bindings only up to line `until`), and a loop variable and what it
+    iterates."""
     edges: dict[str, set[str]] = {}
 
     def link(a: str, b: str) -> None:
@@ -155,9 +156,14 @@ def alias_edges(fn: FunctionFacts, loop_vars: dict[str, tuple[str, ...]], until:
             edges.setdefault(a, set()).add(b)
             edges.setdefault(b, set()).add(a)
 
+    bindings = [(u.path, u.start_line or u.line, u.line) for u in fn.uses if u.how == "rebind"]
     for use in fn.uses:
-        if use.how == "escape" and (until is None or use.line <= until):
-            link(use.path, use.arg)
+        if use.how != "escape":
+            continue
+        if until is not None and use.line > until and any(
+                path == use.arg and first <= use.line <= last for path, first, last in bindings):
+            continue  # `y = x` after the launch: y holds it from there on (SC105 follows such names itself)
+        link(use.path, use.arg)  # before the launch, or put in a container after it (`bufs.append(t)`)
     for var, paths in loop_vars.items():
         for path in paths:
             link(var, path)

@@ -21,6 +21,7 @@ from .facts import NO_REGION, RETURNED, AsyncCopy, AsyncWork, FileFacts, Functio
 from .extract import elements
 from .extract_handles import (BATCH_P2P, P2P_LAUNCHES, P2P_OP, P2P_SEND, loop_bindings, loop_sources, p2p_op_list,
                               p2p_ops_in_display, p2p_ops_in_list, p2p_sends, p2p_tensor, work_aliases)
+from .extract_pairs import PairFacts, positions, synthesize, taken_from
 from .options import matches_name
 from .travelling_handles import held_through, travelling_fields
 
@@ -101,12 +102,14 @@ class HazardCollector:
         self.loop_vars: dict[int, dict[str, tuple[str, ...]]] = {}  # id(function facts) -> loop var -> iterated paths
         self.p2p_made: dict[int, dict[str, list[str]]] = {}  # id(function facts) -> where P2POps went -> tensors
         self.iterations: set[int] = set()  # id() of the expressions loops iterate: naming them reads no element
+        self.pairs = PairFacts()  # tuples of a handle and its buffer, out and back (extract_pairs.py)
+        self.true_defaults: dict[str, set[int]] = {}  # parameter name -> lines where it defaults to True
         self.handlers = {
             ast.Call: self._call, ast.Assign: self._assign, ast.AnnAssign: self._assign,
             ast.AugAssign: self._aug_assign, ast.Delete: self._delete, ast.Return: self._escape,
             ast.Yield: self._escape, ast.YieldFrom: self._escape, ast.For: self._loop, ast.AsyncFor: self._loop,
             ast.comprehension: self._loop, ast.If: self._if, ast.Name: self._name, ast.Attribute: self._attribute,
-            ast.arguments: self._defaults,
+            ast.arguments: self._defaults, ast.Compare: self._compare,
         }
 
     def see(self, node: ast.AST) -> None:
@@ -152,7 +155,7 @@ class HazardCollector:
             root = root.value
         return isinstance(root, ast.Name) and root.id in self.v.facts.imports
 
-    def _arguments(self, node: ast.Call, how: str) -> None:
+    def _arguments(self, node: ast.Call, how: str, arg: str = "") -> None:
         for expr in list(node.args) + [k.value for k in node.keywords if k.arg not in ("out", "non_blocking")]:
             for elt in elements(expr):
                 if isinstance(elt, (ast.Name, ast.Attribute, ast.Subscript, ast.Starred, ast.Call)):
@@ -165,7 +168,7 @@ class HazardCollector:
                         continue
                     path = self._mark(elt)
                     if path:
-                        self._use(path, how, elt)
+                        self._use(path, how, elt, arg)
         for kw in node.keywords:
             if kw.arg == "out":
                 for elt in elements(kw.value):
@@ -179,7 +182,7 @@ class HazardCollector:
         func = node.func
         callee = self.dotted(func)
         last = callee.rsplit(".", 1)[-1]
-        if is_true(keywords.get("async_op")) and self._is_collective(node, callee):
+        if self._async_flag(keywords.get("async_op"), node) and self._is_collective(node, callee):
             self._async_work(node, last, keywords)
             return
         if last in P2P_LAUNCHES or last in (P2P_OP, BATCH_P2P):
@@ -198,10 +201,17 @@ class HazardCollector:
         if last.lstrip("_")[:1].isupper():
             self._arguments(node, "escape")  # a constructor stores it (with its event, say): a hand-off, no read
             return
-        if id(node) in self.escaping_calls:
-            self._arguments(node, "escape")
+        if id(node) in self.escaping_calls:  # `return tuple(bufs)`: the tensors go back to the caller
+            self._arguments(node, "escape", RETURNED if last in VIEW_BUILTINS else "")
             return
         self._arguments(node, "write" if last in FILLER_NAMES else "read")
+
+    def _async_flag(self, flag: ast.AST | None, node: ast.Call) -> bool:
+        """`async_op=True`, or `async_op=async_op` where this function's parameter defaults to True."""
+        if is_true(flag):
+            return True
+        return isinstance(flag, ast.Name) and flag.id in self.fn.params and any(
+            self.fn.line <= line <= node.lineno for line in self.true_defaults.get(flag.id, ()))
 
     def _is_collective(self, node: ast.Call, callee: str) -> bool:
         names = self.v.collectives
@@ -312,6 +322,11 @@ class HazardCollector:
                 for made in _bound_values(arg) if path else ():
                     if isinstance(made, ast.Call):
                         self.bound_to[id(made)] = path
+                stored = positions(arg, self.access_path) if path else None
+                if stored:  # `self._recv_act.append((works, tensors))`
+                    self.pairs.out.setdefault(id(self.fn), []).append((path, stored))
+                elif path and isinstance(arg, ast.Call):  # `pairs.append(self._reduce_scatter_gradient(p))`
+                    self.pairs.appended.setdefault(id(self.fn), []).append((path, self.dotted(arg.func).rsplit(".", 1)[-1]))
             self._arguments(node, "escape")
             if path:  # where a stored handle or tensor went: `handles.append(work)`
                 for arg in node.args:
@@ -373,6 +388,7 @@ class HazardCollector:
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
         single = self.access_path(targets[0]) if len(targets) == 1 and not isinstance(
             targets[0], ast.Subscript) else None
+        self._tuple_assign(node, targets[0], value, single)
         if single and not (isinstance(targets[0], ast.Attribute) and targets[0].attr == "data"):
             for expr in _bound_values(value):
                 self.bound_to[id(expr)] = single
@@ -399,6 +415,19 @@ class HazardCollector:
         for target in targets:
             for elt in elements(target):
                 self._store(elt, node, "None" if dropped else "", swapped)
+
+    def _tuple_assign(self, node: ast.Assign | ast.AnnAssign, target: ast.AST, value: ast.AST, single: str | None
+                      ) -> None:
+        """`self.pair = (handle, buf)` hands a tuple on; `handle, buf = f(...)` / `= pairs.pop()` takes one apart."""
+        stored = positions(value, self.access_path)
+        if single and stored:
+            self.pairs.out.setdefault(id(self.fn), []).append((single, stored))
+        bound = positions(target, self.access_path)
+        source = taken_from(value, self.access_path, self.dotted) if bound else None
+        if bound and source:
+            self.pairs.back.setdefault(id(self.fn), []).append((
+                source, bound, node.lineno, node.col_offset + 1, node.end_lineno or node.lineno, self.v.blocks[-1],
+                self.v.region))
 
     def _store(self, target: ast.AST, statement: ast.AST, value: str = "", swapped: bool = False) -> None:
         if isinstance(target, ast.Subscript):
@@ -433,6 +462,9 @@ class HazardCollector:
     def _escape(self, node: ast.Return | ast.Yield | ast.YieldFrom) -> None:
         if node.value is None:
             return
+        returned = positions(node.value, self.access_path) if isinstance(node, ast.Return) else None
+        if returned:  # `return handle, buf`
+            self.pairs.out.setdefault(id(self.fn), []).append(("", returned))
         for elt in _stored(node.value):  # `return t.numpy()`, `return list(t)`: views handed out, read later
             if isinstance(elt, ast.Call) and (
                     (isinstance(elt.func, ast.Attribute) and elt.func.attr == "numpy")
@@ -456,6 +488,7 @@ class HazardCollector:
                     expr = expr.func.value
                 else:
                     break
+        self._tuple_loop(node)
         for var, source in loop_sources(node.target, node.iter):  # `for req in batch_isend_irecv(ops)`: the
             name = f"(iter@{source.lineno}:{source.col_offset + 1})"  # handles the loop waits, by a name
             for expr in _bound_values(source):
@@ -464,12 +497,40 @@ class HazardCollector:
         for var, paths in bindings:
             self.loop_vars.setdefault(id(self.fn), {})[var] = paths
 
+    def _compare(self, node: ast.Compare) -> None:
+        """`buf is not None`, `x is y`: identity tests look at no element (a read tagged "is": a mention)."""
+        if all(isinstance(op, (ast.Is, ast.IsNot)) for op in node.ops):
+            for side in [node.left, *node.comparators]:
+                path = self._mark(side) if isinstance(side, (ast.Name, ast.Attribute)) else None
+                if path:
+                    self._use(path, "read", side, "is")
+
     def _defaults(self, node: ast.arguments) -> None:
         """`def post(t=slice_tensor): ...`: a default captures the tensor for later, it reads nothing now."""
         for default in [*node.defaults, *(d for d in node.kw_defaults if d is not None)]:
             path = self._mark(default)
             if path:
                 self._use(path, "escape", default)
+        positional = [*node.posonlyargs, *node.args]
+        for arg, default in [*zip(positional[len(positional) - len(node.defaults):], node.defaults),
+                             *zip(node.kwonlyargs, node.kw_defaults)]:
+            if is_true(default):  # `def f(..., async_op=True)`: what the flag is unless a caller says otherwise
+                self.true_defaults.setdefault(arg.arg, set()).add(arg.lineno)
+
+    def _tuple_loop(self, node: ast.For | ast.AsyncFor | ast.comprehension) -> None:
+        """`for handle, buf in pairs`, `for p, (handle, buf) in zip(params, pairs)`: each element taken apart."""
+        pairs = [(node.target, node.iter)]
+        if isinstance(node.iter, ast.Call) and isinstance(node.iter.func, ast.Name) and node.iter.func.id == "zip" \
+                and isinstance(node.target, (ast.Tuple, ast.List)) and len(node.target.elts) == len(node.iter.args):
+            pairs = list(zip(node.target.elts, node.iter.args))
+        where = node.target if isinstance(node, ast.comprehension) else node
+        for target, source in pairs:
+            bound = positions(target, self.access_path)
+            container = self.access_path(source) if bound else None
+            if bound and container:
+                self.pairs.back.setdefault(id(self.fn), []).append((
+                    ("container", container), bound, where.lineno, where.col_offset + 1, where.lineno,
+                    self.v.blocks[-1], self.v.region))
 
     def _if(self, node: ast.If) -> None:
         if node.orelse:
@@ -521,9 +582,15 @@ class HazardCollector:
     # --- end of file ----------------------------------------------------------------------------------------------
     def finish(self, facts: FileFacts) -> None:
         """Keep only the uses and placements a hazard rule can look at, and the source lines they point to."""
+        keep = {id(fn): work_aliases(fn, self.loop_vars.get(id(fn), {})) for fn in facts.functions}
+        launched = {id(fn): len(fn.async_works) for fn in facts.functions}
+        synthesize(facts.functions, self.pairs)  # handles and buffers that come back in a tuple (extract_pairs.py)
+        for fn in facts.functions:
+            if len(fn.async_works) != launched[id(fn)]:
+                keep[id(fn)] |= work_aliases(fn, self.loop_vars.get(id(fn), {}))
         travelling = travelling_fields(facts.functions)
         for fn in facts.functions:
-            interesting = work_aliases(fn, self.loop_vars.get(id(fn), {}))
+            interesting = keep[id(fn)]
             interesting.update(p for c in fn.async_copies for p in (c.dst, c.src) if p)
             interesting.update(held_through(fn, travelling))
             interesting.update(p for w in fn.async_works for p in w.tensors + (w.handle,) if p)

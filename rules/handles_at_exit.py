@@ -8,7 +8,7 @@ gives its caller a tensor that the communication stream still writes (a receive,
 Megatron's `recv_from_prev_pipeline_rank_` are of this kind: their `req.wait()` before returning is the only edge.
 
 Waits and hand-offs inside a block that returns first (`if async_op: return reqs[-1]`) are on no path to the end;
-iterating the handles (`for req in reqs: pass`) hands nothing on.
+iterating the handles (`for req in reqs: pass`) or testing one (`h is not None`) hands nothing on.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from .facts import AsyncWork
 from .program import Function, Program
 from .races import exits_before
 from .rule import location
+from .travelling_handles import MENTIONS
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ def left_in_flight(program: Program, waited_by_call) -> Iterator[LeftInFlight]:
             into_lists = {(u.line, u.column) for u in facts.uses
                           if u.path == work.handle and u.how == "escape" and u.arg in bound}
             settled = any(u.path in handles and u.line >= work.line and u.how != "rebind"
-                          and not (u.how == "read" and u.arg == "for")
+                          and not (u.how == "read" and u.arg in MENTIONS)  # `for r in reqs`, `h is None`
                           and not (u.path == work.handle and (u.line, u.column) in into_lists)
                           and not exits_before(function, u.line, end) for u in facts.uses)
             if settled or waited_by_call(program, function, work.end_line, end + 1):

@@ -14,7 +14,7 @@ from .races import exits_before
 from .rule import Rule, location
 from .extract_handles import BATCH_P2P, P2P_LAUNCHES, P2P_SEND
 from .handles_at_exit import finding as left_in_flight_finding, left_in_flight
-from .travelling_handles import TravellingTouch, bound_local, travelling_touches
+from .travelling_handles import MENTIONS, TravellingTouch, bound_local, travelling_touches
 
 TOUCHES = frozenset({"read", "write", "host", "stream"})
 P2P_OPS = P2P_LAUNCHES | {BATCH_P2P}  # asynchronous without `async_op=True`
@@ -41,6 +41,9 @@ class UseBeforeAsyncCollectiveWait(Rule):
         bound from those (iterating a container is no touch). A function that returns (falling off its end)
         with the handle neither waited nor handed on (returned, stored, passed on) while a tensor its caller
         holds (a parameter, what a parameter holds, a `self.` attribute) is in flight is reported at the launch.
+        A handle and its buffer handed on as one tuple (returned, queued, stored) and taken apart in another
+        function of the file (`handle, buf = self.launch(p)`, `works, bufs = self.pending.popleft()`, `for p,
+        (h, buf) in zip(params, pairs)`) are a launch there too (extract_pairs.py).
 
     Why it is bad:
         An async collective runs on the communication library's stream; the calling stream does not wait for it
@@ -179,6 +182,25 @@ def send(tensor, dst):
     op = dist.isend(tensor, dst)
     _pending.append(op)
 """,
+        # A handle and its buffer returned together, taken apart and waited before the buffer is read.
+        """
+import torch.distributed as dist
+
+class Partitioner:
+    def reduce_all(self, params):
+        pairs = []
+        for p in params:
+            pairs.append(self.reduce_one(p))
+        for p, (handle, part) in zip(params, pairs):
+            if handle is not None:
+                handle.wait()
+            p.grad.copy_(part)
+
+    def reduce_one(self, p):
+        out = p.grad.new_empty(p.numel() // 2)
+        handle = dist.reduce_scatter_tensor(out, p.grad, async_op=True)
+        return handle, out
+""",
         # One element of a list by a constant index is no path of its own: the other elements stay usable.
         """
 import torch.distributed as dist
@@ -261,6 +283,28 @@ def recv_from_prev(recv_buffer, prev_rank):
     reqs = dist.batch_isend_irecv([op])  # expect: SC105
     for req in reqs:
         pass
+""",
+        # Handles and buffers queued together as one tuple, taken out and used before the handles are waited.
+        """
+import torch
+import torch.distributed as dist
+from collections import deque
+
+class Stage:
+    def __init__(self):
+        self.pending = deque()
+
+    def post(self, shapes, src):
+        works, bufs = [], []
+        for shape in shapes:
+            buf = torch.empty(shape, device="cuda")
+            works.append(dist.irecv(buf, src=src))
+            bufs.append(buf)
+        self.pending.append((works, bufs))
+
+    def take(self):
+        works, bufs = self.pending.popleft()
+        return torch.cat(bufs)  # expect: SC105
 """,
         # A single receive, read before its handle is waited.
         """
@@ -403,8 +447,8 @@ def gather(out, shard, group):
                 continue
             if use.how in ("rebind", "escape", "free"):
                 return None
-            if use.how not in TOUCHES or use.arg == "for":
-                continue  # iterating a container of tensors reads none of them
+            if use.how not in TOUCHES or use.arg in MENTIONS:
+                continue  # iterating a container of tensors, or testing one for None, reads none of them
             if work.op == P2P_SEND and use.how != "write":
                 continue  # a send only reads its tensor: reading it too is no race
             if _waited_by_call(program, function, work.end_line, use.line):

@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from .program import Function, Program
 
 TOUCHES = frozenset({"read", "write", "host", "stream"})
+# Reads that look at no element: iterating a container (`for t in bufs`), an identity test (`buf is None`).
+MENTIONS = frozenset({"for", "is"})
 
 
 @dataclass(frozen=True)
@@ -143,6 +145,6 @@ def _first_unwaited_touch(function: "Function", travel: Travel) -> tuple[Use, st
                 names.add(alias)  # `g = req.tensor`: g is the buffer too
                 bound_at[alias] = use.line
                 continue
-            if use.path in names and use.how in TOUCHES:
+            if use.path in names and use.how in TOUCHES and use.arg not in MENTIONS:
                 return use, buffer, handle
     return None
