@@ -9,6 +9,7 @@ from streamcheck.findings import ROLE_FREE, ROLE_READ, ROLE_STREAM_CONTEXT, Find
 from .facts import NO_REGION, Region, Use
 from .free_after_handoff import frees_after_handoff
 from .hazard_flow import host_blocked_between, stream_ordered_between, uses_after
+from .noop_record_stream import noop_record_streams
 from .program import CURRENT_STREAM, Function, Program
 from .rule import Rule, location
 from .streams import UNKNOWN
@@ -37,6 +38,10 @@ class FreeAfterSideStreamUse(Rule):
         the side stream) and read on the current stream (by a device op, or by code it is passed to), with no
         `record_stream(current_stream())` in the function, when the side stream never waits for the current
         stream anywhere in the program.
+
+        And the wrong record (noop_record_stream.py): `t.record_stream(torch.cuda.current_stream())` right after
+        `t` was allocated inside the region (or in a helper only called from one), where the current stream is
+        the allocation stream itself: it records nothing.
 
     Why it is bad:
         The caching allocator remembers only the stream a block was allocated on. Once the tensor is freed, the
@@ -153,6 +158,21 @@ class Reducer:
         self.flat.copy_(param.grad.view(-1))
         param.grad.record_stream(torch.cuda.current_stream())
         param.grad = None
+""",
+        # The reading stream taken before the region and recorded (diffusers >= 0.36).
+        """
+import torch
+
+class Group:
+    def onload(self):
+        reader = torch.cuda.current_stream()
+        with torch.cuda.stream(self.stream):
+            for param in self.params:
+                self.transfer(param, self.cpu_copies[param], reader)
+
+    def transfer(self, tensor, source, reader):
+        tensor.data = source.to("cuda", non_blocking=True)
+        tensor.data.record_stream(reader)
 """,
         # Made on the side stream, used on the current stream, recorded for it (torchrec's pipelines).
         """
@@ -280,6 +300,21 @@ class Reducer:
             self.flat.copy_(param.grad.view(-1))
             param.grad = None  # expect: SC104
 """,
+        # Recording `current_stream()` inside the region names the stream the tensor was allocated on: nothing
+        # is recorded for the reader (diffusers' group offloading before PR #12721).
+        """
+import torch
+
+class Group:
+    def onload(self):
+        with torch.cuda.stream(self.stream):
+            for param in self.params:
+                self.transfer(param, self.cpu_copies[param])
+
+    def transfer(self, tensor, source):
+        tensor.data = source.to("cuda", non_blocking=True)
+        tensor.data.record_stream(torch.cuda.current_stream())  # expect: SC104
+""",
         # A helper called only inside a side-stream region runs on that stream: its release needs the record too.
         """
 import torch
@@ -318,6 +353,7 @@ class Reducer:
                     if finding is not None:
                         yield finding
         yield from frees_after_handoff(program, self.id)
+        yield from noop_record_streams(program, self.id, _called_on_one_side_stream)
 
     def _release(self, program: Program, function: Function, index: int, region: Region, path: str,
                  first_use: Use, context) -> Finding | None:

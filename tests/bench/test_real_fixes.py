@@ -1,6 +1,6 @@
 """Real stream-ordering fixes, before and after: the release before the fix is flagged at the fixed code, the
 release with the fix is not (issue 14). Only the cases the engine gets right are here; the cases it misses
-(DeepSpeed #8080, Megatron #7398, vLLM #47282, TRL #7195, diffusers #12721) are written up for issue 14 with a
+(DeepSpeed #8080, Megatron #7398, vLLM #47282, TRL #7195) are written up for issue 14 with a
 reduced racy/fixed pair each and what the engine lacks (benchmarks/triage/real_fixes.md). (The hpZ fix, 0.13.4 -> 0.13.5, is in
 tests/rules/test_deepspeed_sc101.py.)
 
@@ -155,3 +155,28 @@ def test_zero3_bucket_copy_waits_for_the_current_stream_in_0_18_8(sdist):
     source = (root / STAGE3).read_text(encoding="utf-8").splitlines()
     assert source[1362].strip() == "self.reduce_and_partition_stream.wait_stream(get_accelerator().current_stream())"
     assert _on_the_ipg_copy(_scan(root, ZERO)) == []
+
+
+# diffusers group offloading, fixed in PR #12721 (released in 0.36.0): 0.35.2's `_transfer_tensor_to_device` runs
+# only inside `with ...stream(self.stream):` (from `_onload_from_memory`) and records
+# `current_stream()` there, which is the transfer stream the weights were just allocated on: the compute stream
+# that reads them is never recorded. 0.36.0 takes the current stream before the region and records that one.
+GROUP_OFFLOADING = "diffusers/hooks/group_offloading.py"
+
+
+def test_group_offloading_records_its_own_transfer_stream_in_0_35_2(sdist):
+    root = sdist("diffusers", "0.35.2") / "src"
+    source = (root / GROUP_OFFLOADING).read_text(encoding="utf-8").splitlines()
+    assert source[158].strip() == "tensor.data.record_stream(self._torch_accelerator_module.current_stream())"
+    [finding] = [f for f in _scan(root, "diffusers/hooks") if f.primary.path == GROUP_OFFLOADING]
+    assert (finding.rule, finding.kind, finding.primary.line, finding.primary.column) == ("SC104", "FREE", 159, 13)
+    assert finding.symbol == "ModuleGroup._transfer_tensor_to_device"
+    assert finding.extra == {"path": "tensor", "stream": "self.stream"}
+    assert [(r.line, r.role) for r in finding.related] == [(157, "write"), (211, "stream context")]
+
+
+def test_group_offloading_records_the_compute_stream_in_0_36_0(sdist):
+    root = sdist("diffusers", "0.36.0") / "src"
+    source = (root / GROUP_OFFLOADING).read_text(encoding="utf-8")
+    assert "record_stream(default_stream)" in source
+    assert [f for f in _scan(root, "diffusers/hooks") if f.primary.path == GROUP_OFFLOADING] == []
