@@ -88,5 +88,5 @@ def _finding(rule_id: str, function: Function, record: Use, allocation: Use, str
              f"before the `with`) and record that one: `{path}.record_stream(reader)`."),
         kind="FREE",
         symbol=facts.qualname,
-        extra={"path": path, "stream": stream},
+        extra={"path": path, "allocated_on": stream},  # no "stream": the reading stream has no name here to fix with
     )

@@ -171,7 +171,7 @@ def test_group_offloading_records_its_own_transfer_stream_in_0_35_2(sdist):
     [finding] = [f for f in _scan(root, "diffusers/hooks") if f.primary.path == GROUP_OFFLOADING]
     assert (finding.rule, finding.kind, finding.primary.line, finding.primary.column) == ("SC104", "FREE", 159, 13)
     assert finding.symbol == "ModuleGroup._transfer_tensor_to_device"
-    assert finding.extra == {"path": "tensor", "stream": "self.stream"}
+    assert finding.extra == {"path": "tensor", "allocated_on": "self.stream"}
     assert [(r.line, r.role) for r in finding.related] == [(157, "write"), (211, "stream context")]
 
 

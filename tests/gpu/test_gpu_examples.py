@@ -41,6 +41,7 @@ ONE_GPU = {
     "result_not_waited": ("SC201", "RAW"),
     "handle_travels": ("SC201", "RAW"),  # one-rank NCCL
     "handoff_without_record_stream": ("SC202", "FREE"),
+    "record_stream_names_itself": ("SC202", "FREE"),
     "hook_waits_default_stream": ("SC201", "RAW"),
     "offload_through_container": ("SC201", "RAW"),
     "compiled_write": ("SC201", "RAW"),

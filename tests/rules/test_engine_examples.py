@@ -28,6 +28,8 @@ PAIRS = {
     "handle_travels": ("SC105", "RAW", "race", "earlier"),
     # Made on a side stream, read on the current one after a wait, never recorded for it (free_after_handoff.py)
     "handoff_without_record_stream": ("SC104", "FREE", "earlier", "made"),
+    # `record_stream(current_stream())` inside the region records the allocation stream (noop_record_stream.py)
+    "record_stream_names_itself": ("SC104", "FREE", "record", "made"),
     # Inside a gradient hook `default_stream()` is not the current stream (hooks.py); the writer is autograd
     "hook_waits_default_stream": ("SC101", "RAW", "race", "switch"),
     # A pinned buffer written on a side stream, handed to another method through a dict (extract_bindings.py)
