@@ -96,6 +96,8 @@ class RulesBackend:
     load_rule_docs: Callable[[], dict[str, tuple[str, str]]]  # rule id -> (summary, documentation)
     options: Any
     stamp: str  # changes whenever the rules' code or streamcheck's version does
+    # The rule ids without loading the rules (their docs), when the backend can tell them so; else from rule_docs.
+    list_rule_ids: Callable[[], tuple[str, ...]] | None = None
     _rule_docs: dict[str, tuple[str, str]] | None = field(default=None, repr=False)
 
     @property
@@ -106,7 +108,7 @@ class RulesBackend:
 
     @property
     def rule_ids(self) -> tuple[str, ...]:
-        return tuple(self.rule_docs)
+        return tuple(self.list_rule_ids()) if self.list_rule_ids is not None else tuple(self.rule_docs)
 
     @property
     def options_key(self) -> str:
@@ -127,6 +129,7 @@ def default_backend(config: ScanConfig) -> RulesBackend:
         load_rule_docs=_rule_docs_of_registry,
         options=config.static_options(),
         stamp=code_stamp(Path(rules_package.__file__).parent, streamcheck_version()),
+        list_rule_ids=_rule_ids_of_registry,
     )
 
 
@@ -134,6 +137,12 @@ def _analyze_with_rules(facts_list: list, options: Any, select: Any, timings: di
     from streamcheck.rules.engine import analyze
 
     return analyze(facts_list, options, select, timings)
+
+
+def _rule_ids_of_registry() -> tuple[str, ...]:
+    from streamcheck.rules.registry import rule_ids
+
+    return rule_ids()
 
 
 def _rule_docs_of_registry() -> dict[str, tuple[str, str]]:

@@ -70,3 +70,32 @@ def test_report_unused_ignores_reads_every_file(tmp_path, monkeypatch, capsys):
     code, out, _ = scan_cli(capsys, "--cache-dir", "cache", "--report-unused-ignores", ".")
     assert "quiet.py:1:8: SC002" in out
     assert sorted(read) == ["m.py", "quiet.py"]
+
+
+# What a warm scan in which nothing changed imports of the rules: the facts' types and the rule ids, no rule.
+WARM_IMPORTS = """
+import contextlib, io, sys
+from streamcheck.cli import main
+with contextlib.redirect_stdout(io.StringIO()):
+    code = main(["scan", "--no-progress", "--cache-dir", "cache", "."])
+print(code, " ".join(sorted(m for m in sys.modules if m.startswith("streamcheck.rules"))))
+"""
+
+
+def test_a_warm_scan_imports_no_rule(tmp_path):
+    import subprocess
+    import sys
+
+    _tree(tmp_path, {"m.py": RACY, "quiet.py": "x = 1\n"})
+    cold = subprocess.run([sys.executable, "-c", WARM_IMPORTS], cwd=tmp_path, capture_output=True, text=True)
+    warm = subprocess.run([sys.executable, "-c", WARM_IMPORTS], cwd=tmp_path, capture_output=True, text=True)
+    assert cold.stdout.startswith("1 ") and "streamcheck.rules.sc101_cross_stream_consumer" in cold.stdout
+    assert warm.stdout.split() == ["1", "streamcheck.rules", "streamcheck.rules.facts", "streamcheck.rules.options",
+                                   "streamcheck.rules.registry", "streamcheck.rules.rule"], warm.stderr
+
+
+def test_the_rule_ids_by_module_name_are_the_rules_ids():
+    from streamcheck.rules.registry import all_rules, rule_ids
+
+    assert rule_ids() == tuple(rule.id for rule in all_rules())
+    assert rule_ids()[:6] == ("SC101", "SC102", "SC103", "SC104", "SC105", "SC106")
