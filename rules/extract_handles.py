@@ -197,9 +197,10 @@ def work_aliases(fn: FunctionFacts, loop_vars: dict[str, tuple[str, ...]]) -> se
         handles = {work.handle} | {u.arg for u in fn.uses if u.path == work.handle and u.how == "escape"}
         tensors = [t for t in work.tensors if t]
         at_launch = closure(tensors, alias_edges(fn, loop_vars, work.end_line), handles)
-        aliases = tuple(p for p in at_launch if p not in tensors)
+        aliases = tuple(dict.fromkeys(work.aliases + tuple(p for p in at_launch if p not in tensors)))
         keep.update(closure(tensors, everywhere, handles))
         keep.update(h for h in handles if _plain(h))  # the lists they went into: bound here, or not (a global)
-        works.append(replace(work, aliases=aliases) if aliases else work)
+        keep.update(work.aliases)
+        works.append(replace(work, aliases=aliases) if aliases != work.aliases else work)
     fn.async_works = works
     return keep

@@ -258,6 +258,7 @@ class HazardCollector:
             return False  # the constructor's arguments escape into it, as any constructor's
         if isinstance(func, ast.Attribute):
             self._mark(func)
+        ops_path = None
         if last == BATCH_P2P:
             ops = p2p_op_list(node)
             made = self.p2p_made.get(id(self.fn), {})
@@ -271,12 +272,14 @@ class HazardCollector:
             path = self._mark(tensor) if tensor is not None else None
             tensors = [(path, last == P2P_SEND)] if path else []
         handle = self.bound_to.get(id(node), "")
+        # ops made elsewhere (`self._p2p_ops`, a parameter): the list stands for the tensors they hold
+        holders = (ops_path,) if last == BATCH_P2P and not tensors and ops_path else ()
         for sent, op in ((False, last), (True, P2P_SEND)):  # a batch's receives, then its sends (only read)
             paths = tuple(dict.fromkeys(p for p, s in tensors if s == sent))
             if paths or (not tensors and not sent):
                 self.fn.async_works.append(AsyncWork(
                     op if last == BATCH_P2P else last, handle, paths, node.lineno, node.col_offset + 1,
-                    node.end_lineno or node.lineno, self.v.blocks[-1], self.v.region))
+                    node.end_lineno or node.lineno, self.v.blocks[-1], self.v.region, holders))
         return True
 
     def _method_call(self, node: ast.Call, method: str, receiver: ast.AST, keywords: dict) -> None:

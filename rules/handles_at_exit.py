@@ -40,7 +40,7 @@ def left_in_flight(program: Program, waited_by_call) -> Iterator[LeftInFlight]:
         facts = function.facts
         end = facts.end_line
         for work in facts.async_works:
-            if not work.handle or "." in work.handle or work.handle.startswith("("):
+            if not work.handle or "." in work.handle or work.handle.startswith("(") and not _looped(work.handle):
                 continue  # dropped (or not seen where it went), or stored on an object: it travels
             tensor = _visible(function, work)
             if tensor is None:
@@ -60,6 +60,11 @@ def left_in_flight(program: Program, waited_by_call) -> Iterator[LeftInFlight]:
             yield LeftInFlight(function, work, tensor)
 
 
+def _looped(handle: str) -> bool:
+    """`for req in dist.batch_isend_irecv(ops)`: the handles only the loop holds (extract_hazards names them)."""
+    return handle.startswith("(iter@")
+
+
 def _visible(function: Function, work: AsyncWork) -> str | None:
     """The first of the work's tensors (or the paths holding them) that the caller can see."""
     params = set(function.facts.params) - {"self", "cls"}
@@ -74,16 +79,19 @@ def finding(rule: str, left: LeftInFlight) -> Finding:
     sends = work.op == P2P_SEND
     effect = "reads" if sends else "writes"
     hazard = "overwrite" if sends else "read"
+    what = f"the tensors of the ops in `{left.tensor}`" if not work.tensors else f"`{left.tensor}`"
+    handle = "the handles only its loop holds are" if _looped(work.handle) else f"`{work.handle}` is"
     return Finding(
         rule=rule,
         message=(f"{facts.qualname} returns while the async `{work.op}` (line {work.line}) still {effect} "
-                 f"`{left.tensor}`, which its caller holds: `{work.handle}` is neither waited nor handed on, so "
-                 f"nothing orders the caller's next {hazard} after it"),
+                 f"{what}, which its caller holds: {handle} neither waited nor handed on, so nothing orders "
+                 f"the caller's next {hazard} after it"),
         primary=location(function, work.line, work.column, ROLE_READ if sends else ROLE_WRITE,
                          f"{work.op}(...) on `{left.tensor}` in {facts.qualname}"),
         related=(location(function, facts.end_line, 1, ROLE_READ if not sends else ROLE_WRITE,
                           f"the end of {facts.qualname}: the caller goes on with `{left.tensor}`"),),
-        fix=f"Wait `{work.handle}` before {facts.qualname} returns, or return it to the caller.",
+        fix=(f"Wait the handles in the loop before {facts.qualname} returns." if _looped(work.handle) else
+             f"Wait `{work.handle}` before {facts.qualname} returns, or return it to the caller."),
         kind="WAR" if sends else "RAW",
         symbol=facts.qualname,
         extra={"path": left.tensor, "handle": work.handle, "collective": work.op},
