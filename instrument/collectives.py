@@ -29,12 +29,11 @@ from typing import Any
 
 import torch
 
+from . import op_table
 from .actors import nccl_stream
 from .dispatch import collect_tensors
 from .recorder import Recorder
 
-_READ_ONLY_OPS = frozenset({"c10d::send"})
-_NO_DATA_OPS = frozenset({"c10d::barrier", "c10d::monitored_barrier_"})
 _MAX_PENDING_WORKS = 65536  # a bound for Works that cannot be weakly referenced
 _HANDOFF = 64  # Works held strongly until the program's own reference exists (one collective call needs one)
 
@@ -60,27 +59,19 @@ class CollectiveHooks:
         self.blocking_wait = os.environ.get("TORCH_NCCL_BLOCKING_WAIT", "0") == "1"
         self._forgets_works = recorder.sink_has("forget_work")
         self._named_comms: set[str] = set()
+        # The native hook's works (native_hook/collectives.h decides collectives in C++): Work -> (key, device) of
+        # one it launched and nobody waited yet, else None; None when every collective comes through here
+        self.native_works: Any = None
 
     # ---- the dispatcher side -------------------------------------------------------------------------------------
     def _roles(self, func: Any, name: str) -> tuple:
         roles = self._arg_roles.get(func)
         if roles is None:
-            roles = []
-            for position, arg in enumerate(func._schema.arguments):
-                type_str = str(arg.type)
-                if "ProcessGroup" in type_str:
-                    roles.append((position, arg.name, "group"))
-                elif arg.name == "async_op":
-                    roles.append((position, arg.name, "async"))
-                elif "Tensor" in type_str and name not in _NO_DATA_OPS:
-                    if arg.name.startswith("output"):
-                        role = "write"
-                    elif arg.name.startswith("input") or name in _READ_ONLY_OPS:
-                        role = "read"
-                    else:
-                        role = "write"  # in-place: all_reduce, broadcast, recv...
-                    roles.append((position, arg.name, role))
-            roles = self._arg_roles[func] = tuple(roles)
+            schema = func._schema
+            roles = self._arg_roles[func] = tuple(
+                (position, arg.name, role)
+                for position, (arg, role) in enumerate(zip(schema.arguments, op_table.collective_roles(schema, name)))
+                if role != op_table.NONE)
         return roles
 
     def dispatch(self, func: Any, plan: Any, args: tuple, kwargs: dict) -> Any:
@@ -138,13 +129,8 @@ class CollectiveHooks:
                 work = self._remember_work(out, device)
                 thread = rec.thread_actor()
                 stream = rec.stream_actor(device)
-                comm = nccl_stream(self._group_name(group), device)
-                calls = []
-                if comm not in self._named_comms:
-                    self._named_comms.add(comm)
-                    calls.append(("stream_name", (comm, self._comm_title(group))))
-                calls += [("collective", (thread, stream, comm, read_ranges, write_ranges, async_op, work, site,
-                                         name))]
+                comm = self.comm_actor(group, device)
+                calls = [("collective", (thread, stream, comm, read_ranges, write_ranges, async_op, work, site, name))]
                 # ProcessGroupNCCL keeps the collective's blocks from reuse until its stream is done with them
                 # (recordStream on that stream, or the tensors held by the Work until wait()): for the allocator,
                 # the communication stream is a recorded user of each of them.
@@ -157,6 +143,14 @@ class CollectiveHooks:
                 rec.emit_now(deferred)
         except Exception as exc:  # noqa: BLE001
             rec.fail(exc)
+
+    def comm_actor(self, group: Any, device: int) -> str:
+        """The actor of `group`'s NCCL stream on `device`, named for reports at its first use."""
+        comm = nccl_stream(self._group_name(group), device)
+        if comm not in self._named_comms:
+            self._named_comms.add(comm)
+            self.recorder.emit("stream_name", comm, self._comm_title(group))
+        return comm
 
     def _on_comm_stream(self, deferred: list, stream: str, comm: str) -> list:
         """The callbacks fired inside the collective, with the group's internal stream named as the comm actor.
@@ -214,13 +208,16 @@ class CollectiveHooks:
         if not rec.active:
             return
         entry = self.pending.get(id(work))
-        if entry is None or _target(entry[0]) is not work:
+        if entry is not None and _target(entry[0]) is work:
+            del self.pending[id(work)]
+            key, device = id(work), entry[1]
+        elif self.native_works is not None and (found := self.native_works(work)) is not None:
+            key, device = found  # launched through the native hook (native_hook/collectives.h)
+        else:
             return
-        del self.pending[id(work)]
-        _, device = entry
-        rec.emit("work_wait", rec.thread_actor(), rec.stream_actor(device), id(work), blocking or self.blocking_wait)
+        rec.emit("work_wait", rec.thread_actor(), rec.stream_actor(device), key, blocking or self.blocking_wait)
         if self._forgets_works:
-            rec.emit("forget_work", id(work))  # waited once: its clock would only pile up in a long run
+            rec.emit("forget_work", key)  # waited once: its clock would only pile up in a long run
 
     def _dropped(self, key: int) -> None:
         """A Work died unwaited: nothing can wait for it any more, so its clock goes too."""

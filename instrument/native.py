@@ -9,8 +9,9 @@ schema plans (op_table.py), computes the byte ranges and the current stream, and
   stream or site, a race to deliver, a report from inside an op or a collective, and the few ops below;
 - otherwise (a trace is written, STREAMCHECK_DETECTOR=python, callbacks held back inside the op, a CUDA graph
   being captured), calls `NativeHooks.on_access` once per op that touched CUDA or pinned memory, with plain integers.
-Collectives and `record_stream` go to the same Python code as in the mode (`on_special`, with the op's arguments as
-Python objects). Instrumentation off (a closed step window) takes the hook off the thread and pauses torch's GPU
+Collectives and `record_stream` are decided in C++ too while the fast path runs (native_hook/collectives.h: Python
+names a new group's stream, and `Work.wait()` asks the hook for the work's key); otherwise they go to the same
+Python code as in the mode (`on_special`, with the op's arguments as Python objects). Instrumentation off (a closed step window) takes the hook off the thread and pauses torch's GPU
 trace (hook.cpp, set_active).
 
 The extension is compiled on first use with torch's JIT builder (a C++ compiler and ninja; about a minute, cached in
@@ -76,9 +77,12 @@ def load() -> Any:
         global memory_reports_in_cpp
         try:
             _module = build([])
-        except Exception:  # noqa: BLE001 - gpu_trace.h follows torch's interpreter table, which a torch may change
-            _module = build(["-DSTREAMCHECK_NO_MEMORY_REPORTS"])  # the allocator's reports then go through Python
-            memory_reports_in_cpp = False
+        except Exception:  # noqa: BLE001 - collectives.h needs c10d's headers (a torch may lack or change them)
+            try:
+                _module = build(["-DSTREAMCHECK_NO_CPP_COLLECTIVES"])  # collectives then go through Python
+            except Exception:  # noqa: BLE001 - gpu_trace.h follows torch's interpreter table, which may change
+                _module = build(["-DSTREAMCHECK_NO_CPP_COLLECTIVES", "-DSTREAMCHECK_NO_MEMORY_REPORTS"])
+                memory_reports_in_cpp = False  # the allocator's reports then go through Python too
         from .op_table import roles_of_name
 
         _module.set_plan_source(roles_of_name)  # the one table of what each op touches (dispatch.py reads it too)
@@ -139,6 +143,13 @@ class NativeHooks:
             rec.on_backward_change = native.set_backward
             rec.on_capture_change = native.set_capturing_graph
             rec.on_streams_renamed = native.forget_streams
+            if self.collectives is not None and native.collectives_in_cpp():
+                # collectives and record_stream decided in C++ too (native_hook/collectives.h)
+                native.set_collective_callbacks(
+                    self._named(self.collectives.comm_actor),
+                    lambda handle, comm: rec.alias_stream(rec.stream_actor_of_handle(handle), comm, notify=False),
+                    self._named(rec.stream_actor_of_handle))
+                self.collectives.native_works = native.take_work
         rec.hold_callback = native.hold_callback
         rec.on_active_change = native.set_active
         native.watch_this_thread(True)
@@ -160,6 +171,9 @@ class NativeHooks:
         rec.on_streams_renamed = None
         rec.fresh_block_source = None
         native.take_memory_reports(False)
+        native.set_collective_callbacks(None, None, None)
+        if self.collectives is not None:
+            self.collectives.native_works = None
         native.attach_fast_path(None, None, None, None, None, None)
         native.install(_ignore, _ignore, _ignore, _ignore)  # drop our references; the hook stays registered
         native.set_site_table(None, None, 8)

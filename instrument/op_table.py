@@ -36,6 +36,10 @@ import torch
 SKIP, ACCESS, RECORD_STREAM, COLLECTIVE = "skip", "access", "record_stream", "collective"
 NONE, READ, WRITE, VIEW = "none", "read", "write", "view"  # argument roles
 FRESH = "fresh"  # return role (NONE / VIEW otherwise)
+GROUP, ASYNC = "group", "async"  # collective argument roles besides READ / WRITE: the process group, async_op
+# c10d ops whose tensors the argument names do not describe: send only reads its tensors; barriers move no data
+COLLECTIVE_READ_ONLY = frozenset({"c10d::send"})
+COLLECTIVE_NO_DATA = frozenset({"c10d::barrier", "c10d::monitored_barrier_"})
 
 EFFECTS_FILE = "op_effects.json"
 EFFECTS_FORMAT, EFFECTS_VERSION = "streamcheck-op-effects", 1
@@ -222,6 +226,8 @@ def roles_of_schema(schema, namespace: str = "aten") -> tuple[str, tuple[str, ..
     kind = EFFECTS.op_kinds.get(name) or EFFECTS.namespace_kinds.get(name.partition("::")[0])
     if kind is None and is_query(name, schema):
         kind = SKIP
+    if kind == COLLECTIVE:
+        return kind, collective_roles(schema, name), (NONE,) * n_returns
     if kind is not None:
         return kind, (NONE,) * n_args, (NONE,) * n_returns
     metadata = EFFECTS.metadata_arguments.get(name, frozenset())
@@ -251,6 +257,30 @@ def roles_of_schema(schema, namespace: str = "aten") -> tuple[str, tuple[str, ..
         returns.append(role)
     touches = READ in args or WRITE in args or FRESH in returns
     return (ACCESS if touches else SKIP), tuple(args), tuple(returns)
+
+
+def collective_roles(schema, name: str) -> tuple[str, ...]:
+    """One role per argument of a c10d op, from the argument names (its schema has no alias annotations):
+    `output*` written, `input*` read, other tensors written (in-place: all_reduce, broadcast, recv), `send` only
+    reads; the process group and `async_op`. instrument/collectives.py and the C++ hook read these."""
+    roles = []
+    for arg in schema.arguments:
+        type_str = str(arg.type)
+        if "ProcessGroup" in type_str:
+            role = GROUP
+        elif arg.name == "async_op":
+            role = ASYNC
+        elif "Tensor" in type_str and name not in COLLECTIVE_NO_DATA:
+            if arg.name.startswith("output"):
+                role = WRITE
+            elif arg.name.startswith("input") or name in COLLECTIVE_READ_ONLY:
+                role = READ
+            else:
+                role = WRITE
+        else:
+            role = NONE
+        roles.append(role)
+    return tuple(roles)
 
 
 def roles_of_name(name: str, overload: str) -> tuple[str, tuple[str, ...], tuple[str, ...]]:

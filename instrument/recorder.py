@@ -142,13 +142,14 @@ class Recorder:
             path, line, function = frames[0]
             self.emit("stream_name", actor, f"first used at {path.rsplit('/', 1)[-1]}:{line} in {function}")
 
-    def alias_stream(self, actor: str, alias: str) -> None:
-        """From now on the raw stream behind `actor` ("cuda:<dev>/s<handle>") is `alias` (a group's NCCL stream)."""
+    def alias_stream(self, actor: str, alias: str, notify: bool = True) -> None:
+        """From now on the raw stream behind `actor` ("cuda:<dev>/s<handle>") is `alias` (a group's NCCL stream).
+        notify=False: the native hook renamed it itself (native_hook/collectives.h), its names stay valid."""
         head, _, handle = actor.partition("/s")
         device = int(head[5:])
         self._stream_names.setdefault(device, {})[int(handle)] = alias
         self._device_of_handle[int(handle)] = device
-        if self.on_streams_renamed is not None:
+        if notify and self.on_streams_renamed is not None:
             self.on_streams_renamed()
 
     def stream_actor_of_handle(self, handle: int) -> str:

@@ -95,6 +95,13 @@ bool trace_in_cpp(Body&& body) {
   }
 }
 
+// Inside a collective decided in C++ (collectives.h), this thread's reports wait for the collective's own event
+inline bool held_back(char kind, uint64_t a, uint64_t b = 0) {
+  if (held_reports == nullptr) return false;
+  held_reports->push_back({kind, a, b});
+  return true;
+}
+
 // thread -> stream reports (cuda_trace.py: _event_recorded, _event_waited, _stream_synchronized)
 template <class Feed>
 bool stream_report_in_cpp(uintptr_t handle, Feed&& feed) {
@@ -163,6 +170,7 @@ struct TraceInterpreter final : c10::impl::PyInterpreterVTable {
     if (!memory_here.load(std::memory_order_relaxed)) own().trace_gpu_event_creation(t, e);  // the watch needs none
   }
   void trace_gpu_event_deletion(c10::DeviceType t, uintptr_t e) const override {
+    if (held_back('d', e)) return;
     if (memory_here.load(std::memory_order_relaxed) && trace_in_cpp([e](FastPath&, Detector* d) {
           d->event_destroy(e);
           return true;
@@ -171,12 +179,14 @@ struct TraceInterpreter final : c10::impl::PyInterpreterVTable {
     own().trace_gpu_event_deletion(t, e);
   }
   void trace_gpu_event_record(c10::DeviceType t, uintptr_t e, uintptr_t s) const override {
+    if (held_back('r', e, s)) return;
     if (memory_here.load(std::memory_order_relaxed) &&
         stream_report_in_cpp(s, [e](Detector* d, int thread, int stream) { d->event_record(thread, e, stream); }))
       return;
     own().trace_gpu_event_record(t, e, s);
   }
   void trace_gpu_event_wait(c10::DeviceType t, uintptr_t e, uintptr_t s) const override {
+    if (held_back('w', e, s)) return;
     if (memory_here.load(std::memory_order_relaxed) &&
         stream_report_in_cpp(s, [e](Detector* d, int thread, int stream) { d->event_wait(thread, e, stream); }))
       return;
@@ -191,8 +201,12 @@ struct TraceInterpreter final : c10::impl::PyInterpreterVTable {
     if (!memory_here.load(std::memory_order_relaxed)) return own().trace_gpu_memory_deallocation(t, ptr);
     on_free(ptr);
   }
-  void trace_gpu_stream_creation(c10::DeviceType t, uintptr_t s) const override { own().trace_gpu_stream_creation(t, s); }
+  void trace_gpu_stream_creation(c10::DeviceType t, uintptr_t s) const override {
+    if (held_back('c', s)) return;
+    own().trace_gpu_stream_creation(t, s);
+  }
   void trace_gpu_device_synchronization(c10::DeviceType t) const override {
+    if (held_back('D', static_cast<uint64_t>(current_cuda_device()))) return;
     if (memory_here.load(std::memory_order_relaxed) && trace_in_cpp([](FastPath& f, Detector* d) {
           int thread = current_thread_actor(f, d);
           if (thread >= 0) d->sync_device(thread, current_cuda_device());
@@ -202,12 +216,14 @@ struct TraceInterpreter final : c10::impl::PyInterpreterVTable {
     own().trace_gpu_device_synchronization(t);
   }
   void trace_gpu_stream_synchronization(c10::DeviceType t, uintptr_t s) const override {
+    if (held_back('s', s)) return;
     if (memory_here.load(std::memory_order_relaxed) &&
         stream_report_in_cpp(s, [](Detector* d, int thread, int stream) { d->sync_stream(thread, stream); }))
       return;
     own().trace_gpu_stream_synchronization(t, s);
   }
   void trace_gpu_event_synchronization(c10::DeviceType t, uintptr_t e) const override {
+    if (held_back('e', e)) return;
     if (memory_here.load(std::memory_order_relaxed) && trace_in_cpp([e](FastPath& f, Detector* d) {
           int thread = current_thread_actor(f, d);
           if (thread >= 0) d->sync_event(thread, e);

@@ -25,6 +25,7 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
 
+#include "collectives.h"
 #include "detector_py.h"
 #include "fast_path.h"
 #include "gpu_trace.h"
@@ -83,15 +84,9 @@ struct FreesAfterOp {  // frees reported while the op ran reach the detector aft
   }
 };
 
-struct SpecialScope {  // marks "inside a collective or record_stream" for the GPU trace's reports (gpu_trace.h)
-  SpecialScope() { ++special_depth; }
-  ~SpecialScope() { --special_depth; }
-};
-
 void run_special(const Plan& plan, const c10::OperatorHandle& op, c10::DispatchKeySet rest, torch::jit::Stack* stack) {
   State& s = state();
   SpecialScope in_special;
-  STAGE_SCOPE(kSpecial);
   size_t n = op.schema().arguments().size();
   py::object token;
   {
@@ -102,6 +97,7 @@ void run_special(const Plan& plan, const c10::OperatorHandle& op, c10::DispatchK
   }
   try {
     op.redispatchBoxed(rest, stack);
+    if (plan.kind == Kind::Collective) call_probe();
   } catch (...) {
     py::gil_scoped_acquire gil;
     py::reinterpret_borrow<py::object>(s.after_special)(token, py::none());
@@ -138,10 +134,6 @@ void hook(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::S
   view_inputs.clear();
   try {
     plan = &plan_for(op);
-    if (plan->kind == Kind::Python) {
-      run_special(*plan, op, rest, stack);
-      return;
-    }
     if (plan->kind == Kind::Access) {
       size_t n = plan->roles.size();
       size_t first = stack->size() - n;
@@ -163,8 +155,20 @@ void hook(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::S
     report_error(std::string("native hook, before ") + op.schema().name() + ": " + e.what());
     plan = nullptr;
   }
-  if (plan == nullptr || plan->kind == Kind::Python) {
-    if (plan == nullptr) op.redispatchBoxed(rest, stack);
+  if (plan == nullptr) {
+    op.redispatchBoxed(rest, stack);
+    return;
+  }
+  if (plan->kind == Kind::Python || plan->kind == Kind::Collective || plan->kind == Kind::RecordStream) {
+    bool in_cpp = false;
+    if (plan->kind != Kind::Python) {
+      py::gil_scoped_acquire gil;
+      in_cpp = collectives_in_cpp();
+    }
+    STAGE_SCOPE(kSpecial);
+    if (!in_cpp) run_special(*plan, op, rest, stack);
+    else if (plan->kind == Kind::Collective) run_collective(*plan, op, rest, stack);
+    else run_record_stream(op, rest, stack);
     return;
   }
   FreesAfterOp frees_after;
@@ -344,7 +348,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     auto handle = c10::Dispatcher::singleton().findSchema({name, overload});
     if (!handle.has_value()) return py::none();
     Plan plan = build_plan(handle->schema());  // the GIL is held: a pybind function
-    const char* kinds[] = {"skip", "access", "python"};
+    const char* kinds[] = {"skip", "access", "python", "python", "python"};  // collectives: not plain accesses
     py::list reads, writes, views, fresh;
     for (size_t i = 0; i < plan.roles.size(); ++i) {
       if (plan.roles[i] == Role::Read) reads.append(i);
@@ -391,6 +395,16 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     return true;
   }, "Tests: report (kind, event or stream, stream) to the active GPU trace as torch's CUDA code does: record, wait, "
      "destroy, create (a: event, b: stream), sync_event (a: event), sync_stream (a: stream), sync_device");
+  m.def("set_collective_callbacks", &set_collective_callbacks,
+        "Collectives and record_stream in C++ while the fast path runs (collectives.h): (comm_actor, alias_handle, "
+        "handle_actor), or (None, None, None) to keep them in Python");
+  m.def("collectives_in_cpp", []() { return kCollectivesInCpp; });
+  m.def("take_work", &take_work, "Work.wait(): (key, device) of a Work launched through collectives.h, else None");
+  m.def("set_collective_probe", [](py::object probe) {
+    CollectiveState& c = collective_state();
+    Py_XDECREF(c.probe);
+    c.probe = probe.is_none() ? nullptr : probe.release().ptr();
+  }, "Tests: call this inside every collective after the op ran, where NCCL's GPU-trace reports fire");
   m.def("set_capturing_graph", [](bool on) { capturing_graph = on; }, "This thread captures a CUDA graph");
   m.def("set_cpu_as_device", [](bool on) { state().cpu_as_device = on; }, "Tests: CPU tensors as device 0 tensors");
   m.def("set_test_stream", [](int64_t stream) { test_stream = stream; }, "Tests: this thread's current stream");

@@ -29,11 +29,21 @@ inline Plan build_plan(const c10::FunctionSchema& schema) {
     throw std::runtime_error("operator table, " + schema.name() + ": " + what);
   }
   std::string kind = answer[0].cast<std::string>();
-  if (kind == "record_stream" || kind == "collective") {
-    plan.kind = Kind::Python;
+  py::sequence args = answer[1].cast<py::sequence>();
+  if (kind == "record_stream") {
+    plan.kind = Kind::RecordStream;
     return plan;
   }
-  py::sequence args = answer[1].cast<py::sequence>();
+  if (kind == "collective") {  // argument roles from op_table.collective_roles (collectives.h)
+    plan.kind = Kind::Collective;
+    for (size_t i = 0; i < args.size(); ++i) {
+      std::string role = args[i].cast<std::string>();
+      plan.roles.push_back(role == "read" ? Role::Read : role == "write" ? Role::Write : Role::None);
+      if (role == "group") plan.group_arg = static_cast<int>(i);
+      if (role == "async") plan.async_arg = static_cast<int>(i);
+    }
+    return plan;
+  }
   py::sequence returns = answer[2].cast<py::sequence>();
   bool any = false;
   int first_view = -1;

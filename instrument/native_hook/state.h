@@ -18,7 +18,8 @@ namespace py = pybind11;
 
 constexpr c10::DispatchKey kHookKey = c10::DispatchKey::TESTING_ONLY_GenericMode;
 
-enum class Kind : uint8_t { Skip, Access, Python };
+// Python: run_special (hook.cpp); Collective / RecordStream: collectives.h where it applies, else run_special
+enum class Kind : uint8_t { Skip, Access, Python, Collective, RecordStream };
 enum class Role : uint8_t { None, Read, Write, View };
 
 struct Plan {
@@ -28,6 +29,8 @@ struct Plan {
   std::vector<uint8_t> fresh;  // per return: a tensor the op newly wrote
   std::vector<int> view_of;    // per return: the argument it may alias (-1: none)
   bool has_views = false;
+  int group_arg = -1;  // collectives: the process group argument, the async_op argument (-1: none)
+  int async_arg = -1;
 };
 
 struct Range {
@@ -71,6 +74,20 @@ inline thread_local bool callbacks_held = false;  // Python held back a callback
 // > 0 while a collective or record_stream runs the Python way (hook.cpp run_special): the GPU trace's reports from
 // inside it go to Python, which ties them to the collective (collectives.py)
 inline thread_local int special_depth = 0;
+
+struct SpecialScope {  // marks "inside a collective or record_stream" for the GPU trace's reports (gpu_trace.h)
+  SpecialScope() { ++special_depth; }
+  ~SpecialScope() { --special_depth; }
+};
+
+// A GPU-trace report held back inside a collective decided in C++ (collectives.h replays it after the collective):
+// kind 'r' event record (a: event, b: stream), 'w' event wait, 'd' event destroy (a), 'e' event synchronization
+// (a), 's' stream synchronization (a: stream), 'D' device synchronization (a: device), 'c' stream creation (a).
+struct TraceReport {
+  char kind;
+  uint64_t a, b;
+};
+inline thread_local std::vector<TraceReport>* held_reports = nullptr;  // set while this thread runs such a one
 inline thread_local int64_t test_stream = 0;
 inline thread_local bool parked = false;  // set_active(false) took the hook's key out of this thread's set
 
