@@ -255,6 +255,18 @@ class Offload:
     ]
 
     INVALID = [
+        # A parameter rebound by a copy of itself is still read first as it came in (TRL's pack hook).
+        """
+import torch
+
+class Offload:
+    def pack(self, activation):
+        with torch.cuda.stream(self.side):
+            activation = activation.clone()  # expect: SC101
+            host = torch.empty_like(activation, device="cpu", pin_memory=True)
+            host.copy_(activation, non_blocking=True)
+        return host
+""",
         # The event comes from another stream's `record_event()`: waiting for it does not cover `side`.
         """
 import torch
