@@ -109,7 +109,7 @@ class HazardCollector:
             ast.AugAssign: self._aug_assign, ast.Delete: self._delete, ast.Return: self._escape,
             ast.Yield: self._escape, ast.YieldFrom: self._escape, ast.For: self._loop, ast.AsyncFor: self._loop,
             ast.comprehension: self._loop, ast.If: self._if, ast.Name: self._name, ast.Attribute: self._attribute,
-            ast.arguments: self._defaults, ast.Compare: self._compare,
+            ast.arguments: self._defaults, ast.Compare: self._compare, ast.While: self._while,
         }
 
     def see(self, node: ast.AST) -> None:
@@ -479,7 +479,12 @@ class HazardCollector:
                 if path:
                     self._use(path, "escape", elt, RETURNED)
 
+    def _while(self, node: ast.While) -> None:
+        self.fn.loops.append((node.lineno, node.end_lineno or node.lineno))
+
     def _loop(self, node: ast.For | ast.AsyncFor | ast.comprehension) -> None:
+        if not isinstance(node, ast.comprehension):
+            self.fn.loops.append((node.lineno, node.end_lineno or node.lineno))
         # `for t in (x, mix, sqr): t.record_stream(s)`, `for req in reqs: req.wait()`, `for a, b in zip(xs, ys)`
         bindings, iterated = loop_bindings(node.target, node.iter, self.access_path)
         for expr in iterated:  # the nodes that spell the path, down to the name a use is recorded at
@@ -593,6 +598,7 @@ class HazardCollector:
                 keep[id(fn)] |= work_aliases(fn, self.loop_vars.get(id(fn), {}))
         travelling = travelling_fields(facts.functions)
         for fn in facts.functions:
+            fn.loops = [(a, b) for a, b in fn.loops if any(a <= w.line <= b for w in fn.async_works)]
             interesting = keep[id(fn)]
             interesting.update(p for c in fn.async_copies for p in (c.dst, c.src) if p)
             interesting.update(held_through(fn, travelling))

@@ -206,6 +206,8 @@ class FunctionFacts:
     # (first, last) line of blocks under a condition (if/else, except, case; not loop bodies): what a caller can
     # count on a call to do leaves these out (summaries.py).
     guarded: list[tuple[int, int]] = field(default_factory=list)
+    # (first, last) line of `for` and `while` loops: what a launch leaves to the next iteration (SC105).
+    loops: list[tuple[int, int]] = field(default_factory=list)
 
     _parts = {
         "calls": Call, "accesses": Access, "syncs": Sync, "regions": Region, "uses": Use, "placements": Placement,
@@ -228,6 +230,7 @@ class FunctionFacts:
         kwargs["branches"] = [tuple(b) for b in data.get("branches", ())]
         kwargs["exits"] = [tuple(b) for b in data.get("exits", ())]
         kwargs["guarded"] = [tuple(b) for b in data.get("guarded", ())]
+        kwargs["loops"] = [tuple(b) for b in data.get("loops", ())]
         for key, kind in cls._parts.items():
             kwargs[key] = [_build(kind, item) for item in data.get(key, ())]
         return cls(**kwargs)

@@ -14,6 +14,7 @@ from .races import exits_before
 from .rule import Rule, location
 from .extract_handles import BATCH_P2P, P2P_LAUNCHES, P2P_SEND
 from .handles_at_exit import finding as left_in_flight_finding, left_in_flight
+from .loop_carried_handles import carried_touch
 from .travelling_handles import MENTIONS, TravellingTouch, bound_local, travelling_touches
 
 TOUCHES = frozenset({"read", "write", "host", "stream"})
@@ -43,7 +44,9 @@ class UseBeforeAsyncCollectiveWait(Rule):
         holds (a parameter, what a parameter holds, a `self.` attribute) is in flight is reported at the launch.
         A handle and its buffer handed on as one tuple (returned, queued, stored) and taken apart in another
         function of the file (`handle, buf = self.launch(p)`, `works, bufs = self.pending.popleft()`, `for p,
-        (h, buf) in zip(params, pairs)`) are a launch there too (extract_pairs.py).
+        (h, buf) in zip(params, pairs)`) are a launch there too (extract_pairs.py). A launch in a loop whose
+        tensor the body makes afresh and whose handle it waits only in the next iteration is checked from the
+        body's first line again: a touch there before the wait races with the previous iteration's collective.
 
     Why it is bad:
         An async collective runs on the communication library's stream; the calling stream does not wait for it
@@ -201,6 +204,21 @@ class Partitioner:
         handle = dist.reduce_scatter_tensor(out, p.grad, async_op=True)
         return handle, out
 """,
+        # A handle carried to the loop's next iteration, waited there before the tensor is read (Domino).
+        """
+import torch.distributed as dist
+
+def forward(layers, hidden, n, group):
+    handle = None
+    for i in range(n):
+        if i > 0:
+            handle.wait()
+            hidden = layers[i - 1].residual(hidden)
+        hidden = layers[i].mlp(hidden)
+        handle = dist.all_reduce(hidden, group=group, async_op=True)
+    handle.wait()
+    return hidden
+""",
         # One element of a list by a constant index is no path of its own: the other elements stay usable.
         """
 import torch.distributed as dist
@@ -306,6 +324,20 @@ class Stage:
         works, bufs = self.pending.popleft()
         return torch.cat(bufs)  # expect: SC105
 """,
+        # The previous iteration's all-reduce is still running when the next one reads its tensor.
+        """
+import torch.distributed as dist
+
+def forward(layers, hidden, n, group):
+    handle = None
+    for i in range(n):
+        if i > 0:
+            hidden = layers[i - 1].residual(hidden)  # expect: SC105
+        hidden = layers[i].mlp(hidden)
+        handle = dist.all_reduce(hidden, group=group, async_op=True)
+    handle.wait()
+    return hidden
+""",
         # A single receive, read before its handle is waited.
         """
 import torch.distributed as dist
@@ -369,6 +401,9 @@ def gather(out, shard, group):
             for work in function.facts.async_works:
                 for tensor in work.tensors:
                     finding = self._first_touch(program, function, work, tensor)
+                    if finding is None:
+                        carried = carried_touch(program, function, work, tensor, _waited_by_call)
+                        finding = carried and self._carried(function, work, tensor, carried)
                     if finding is not None:
                         reported.add((function.id, work.line))
                         yield finding
@@ -389,6 +424,23 @@ def gather(out, shard, group):
             related=(location(function, work.line, work.column, ROLE_CALL, f"{work.op}(..., async_op=True)"),),
             fix=f"Call `{work.handle}.wait()` before line {use.line}, or return the handle with the tensor.",
             kind="RAW",
+            symbol=facts.qualname,
+            extra={"path": tensor, "handle": work.handle, "collective": work.op},
+        )
+
+    def _carried(self, function: Function, work: AsyncWork, tensor: str, use) -> Finding:
+        facts = function.facts
+        verb = "written" if use.how == "write" else "read"
+        return Finding(
+            rule=self.id,
+            message=(f"`{tensor}` is {verb} in the loop's next iteration while the async `{work.op}` that the "
+                     f"previous one launched (line {work.line}) may still be using it: `{work.handle}` is not "
+                     f"waited before"),
+            primary=location(function, use.line, use.column, ROLE_WRITE if use.how == "write" else ROLE_READ,
+                             f"{use.arg or 'use'} in {facts.qualname}, next iteration"),
+            related=(location(function, work.line, work.column, ROLE_CALL, f"{work.op}(..., async_op=True)"),),
+            fix=f"Call `{work.handle}.wait()` before line {use.line} (the handle of the previous iteration).",
+            kind="WAR" if use.how == "write" else "RAW",
             symbol=facts.qualname,
             extra={"path": tensor, "handle": work.handle, "collective": work.op},
         )

@@ -265,3 +265,33 @@ def test_identity_tests_iteration_and_defaults_are_no_touch():
         return bufs
     """
     assert findings_of({"f.py": source}, {"SC105"}) == []
+
+
+# --- a handle carried to the loop's next iteration: DeepSpeed's Domino transformer -------------------------------
+DOMINO = """
+import torch.distributed as dist
+
+class DominoTransformer:
+    def inter_layer_overlap_forward(self, hidden_states0, hidden_states1):
+        fwd_handle1 = None
+        for index in range(self.num_layers):
+            attention_output0 = self.layers[index].attention(hidden_states0)
+            if index > 0:
+                WAIT
+                hidden_states1 = self.layers[index - 1].bias_dropout_add_func(hidden_states1, attention_output0)
+            layernorm_output1 = self.layers[index].input_layernorm(hidden_states1)
+            hidden_states1 = self.layers[index].linear_fc2(layernorm_output1)
+            fwd_handle1 = dist.all_reduce(hidden_states1, group=self.TP_group, async_op=True)
+        fwd_handle1.wait()
+        return hidden_states1
+"""
+
+
+def test_handle_waited_only_in_the_next_iteration():
+    racy = _variant(DOMINO, "pass")
+    findings = findings_of({"domino.py": racy}, {"SC105"})
+    assert _summary(findings) == [("SC105", "domino.py", line_of(racy, "bias_dropout_add_func(hidden_states1"),
+                                   "RAW")]
+    assert findings[0].message.startswith("`hidden_states1` is read in the loop's next iteration")
+    assert findings[0].related[0].line == line_of(racy, "fwd_handle1 = dist.all_reduce")
+    assert findings_of({"domino.py": _variant(DOMINO, "fwd_handle1.wait()")}, {"SC105"}) == []
