@@ -116,7 +116,9 @@ class CallsAndAccesses(ast.NodeVisitor):
         if callee in PYTHON_BUILTINS or callee.lstrip("_")[:1].isupper() or receiver in ("logger", "logging") \
                 or callee.startswith(("log", "warn", "print", "assert")):
             return
-        written = self.written_locals.get(id(self.fn))
+        # ... and locals taken out of a container that another function filled (torchrec's
+        # `data = self._context.module_input_post_prefetch.pop(name)`): read as that container (_access).
+        written = self.written_locals.get(id(self.fn), set()) | set(self.taken_from.get(id(self.fn), ()))
         if not written:
             return
         for arg in list(node.args) + [k.value for k in node.keywords if k.arg]:

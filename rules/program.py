@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator
 from .callgraph import CallGraph, Edge, Function
 from .facts import NO_REGION, Access, Call, FileFacts, Region
 from .options import StaticOptions
-from .streams import CURRENT_STREAM, stream_id
+from .streams import CURRENT_STREAM, UNKNOWN, stream_id
 from .summaries import bound_accesses, performed
 
 # A chain of calls from a stream region follows at most this many calls resolved by name alone (a closure stored on
@@ -140,6 +140,16 @@ class Program(CallGraph):
         """Function id -> stream ids of regions whose calls reach it (ignoring waits)."""
         return {fid: {self.stream_id(fn, fn.facts.regions[index]) for fn, index, _ in chains}
                 for fid, chains in self._region_chains.items()}
+
+    def only_side_stream(self, fid: str) -> str | None:
+        """The one side stream `fid`'s body runs on when every call of it comes from regions of that stream (its
+        `current_stream()` is that stream), else None."""
+        if fid in self.runs_on_current_stream:
+            return None
+        streams = self.reached_from_region_any.get(fid, set())
+        if len(streams) != 1 or UNKNOWN in streams or CURRENT_STREAM in streams:
+            return None
+        return next(iter(streams))
 
     def streams_of(self, fid: str) -> set[str]:
         """Every stream the body of `fid` (outside its own regions) can run on."""

@@ -102,7 +102,9 @@ def ordered_after(program: "Program", context: Context, earlier: str, later: str
     """The writer's side: an ordering after the access, before anything that could run the other access (a
     call that reaches one of the `consumers`, function ids, or one that runs hooks): in its function, then up
     the chain of calls it was reached through (after each call), then in the callers (after the call)."""
-    frame = context.stream if context.chain else CURRENT_STREAM
+    # The function's own current stream: the region's when a chain reached it; the caller's region stream when
+    # it only ever runs under one (torchrec's prefetch helpers, called inside `with stream(prefetch_stream)`).
+    frame = context.stream if context.chain else program.only_side_stream(context.function.id) or CURRENT_STREAM
     found, blocked = _after_in(program, context.function, context.position, earlier, later, consumers, frame)
     if found or blocked:
         return found
@@ -123,7 +125,7 @@ def _after_in(program: "Program", function: Function, position: Position, earlie
     limit = _first_reaching_call(program, function, position, consumers)
     if ordered_between(program, function, position, limit, earlier, later, frame):
         return True, False
-    if _event_handed_off(program, function, position, earlier if frame == CURRENT_STREAM else frame):
+    if _event_handed_off(program, function, position, earlier):
         return True, False
     return False, limit != END
 

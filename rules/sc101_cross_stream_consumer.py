@@ -252,9 +252,53 @@ class Offload:
             staged = t * 2
         return self.num_bytes(staged)
 """,
+        # ... and with the consumer's wait: on a stream of its own class, which may be the one handed in as
+        # `dist_stream` (a parameter's stream is any stream the caller has).
+        """
+import torch
+
+def prefetch(context, dist_stream):
+    with torch.cuda.stream(dist_stream):
+        data = context.request.wait()
+    torch.cuda.current_stream().wait_stream(dist_stream)
+    context.staged_batches["emb"] = data
+
+class Pipeline:
+    def progress(self, context):
+        with torch.cuda.stream(self.prefetch_stream):
+            prefetch(context, self.dist_stream)
+
+class Forward:
+    def __call__(self, context):
+        data = context.staged_batches.pop("emb")
+        torch.cuda.current_stream().wait_stream(self.stream)
+        return self.module.compute(data)
+""",
     ]
 
     INVALID = [
+        # A helper only called inside another stream's region: its `current_stream()` is that (prefetch) stream,
+        # so its wait orders nothing for the compute stream that takes the batch out of the context's dict
+        # (torchrec's prefetch pipeline, with the consumer's wait missing).
+        """
+import torch
+
+def prefetch(context, dist_stream):
+    with torch.cuda.stream(dist_stream):
+        data = context.request.wait()  # expect: SC101
+    torch.cuda.current_stream().wait_stream(dist_stream)
+    context.staged_batches["emb"] = data
+
+class Pipeline:
+    def progress(self, context):
+        with torch.cuda.stream(self.prefetch_stream):
+            prefetch(context, self.dist_stream)
+
+class Forward:
+    def __call__(self, context):
+        data = context.staged_batches.pop("emb")
+        return self.module.compute(data)
+""",
         # A parameter rebound by a copy of itself is still read first as it came in (TRL's pack hook).
         """
 import torch

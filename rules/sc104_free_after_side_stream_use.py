@@ -12,7 +12,6 @@ from .hazard_flow import host_blocked_between, stream_ordered_between, uses_afte
 from .noop_record_stream import noop_record_streams
 from .program import CURRENT_STREAM, Function, Program
 from .rule import Rule, location
-from .streams import UNKNOWN
 
 DATA_USES = frozenset({"read", "write", "host", "stream"})
 FREES = {"del": "`del`", "del[]": "`del` of its container item", ".data=": "`.data = ...`", "resize_": "`resize_`",
@@ -414,13 +413,9 @@ class Reducer:
 def _called_on_one_side_stream(program: Program, function: Function):
     """(the body as a region, the caller's `with` as a location) for a function every call of which comes from
     regions of one side stream (named as that `with` names it), or None."""
-    if function.id in program.runs_on_current_stream:
+    if program.only_side_stream(function.id) is None:
         return None
-    chains = program.region_chains(function.id)
-    streams = {program.stream_id(fn, fn.facts.regions[index]) for fn, index, _ in chains}
-    if len(streams) != 1 or UNKNOWN in streams or CURRENT_STREAM in streams:
-        return None
-    region_fn, index, _ = chains[0]
+    region_fn, index, _ = program.region_chains(function.id)[0]
     caller_region = region_fn.facts.regions[index]
     where = location(region_fn, caller_region.line, caller_region.column, ROLE_STREAM_CONTEXT,
                      f"switches to `{caller_region.stream}`, then calls into {function.facts.qualname}")
