@@ -144,7 +144,7 @@ def _plain(path: str) -> bool:
     return bool(path) and path != RETURNED and not path.startswith("(") and "[" not in path
 
 
-def alias_edges(fn: FunctionFacts, loop_vars: dict[str, tuple[str, ...]], until: int | None = None
+def alias_edges(fn: FunctionFacts, loop_links: list[tuple[str, tuple[str, ...]]], until: int | None = None
                 ) -> dict[str, set[str]]:
     """Undirected edges between the paths of `fn` that hold the same memory: an escape into one path (`y = x`,
     `bufs.append(x)`, `p = base.narrow(...)`; bindings only up to line `until`), and a loop variable and what it
@@ -164,7 +164,7 @@ def alias_edges(fn: FunctionFacts, loop_vars: dict[str, tuple[str, ...]], until:
                 path == use.arg and first <= use.line <= last for path, first, last in bindings):
             continue  # `y = x` after the launch: y holds it from there on (SC105 follows such names itself)
         link(use.path, use.arg)  # before the launch, or put in a container after it (`bufs.append(t)`)
-    for var, paths in loop_vars.items():
+    for var, paths in loop_links:
         for path in paths:
             link(var, path)
     return edges
@@ -176,14 +176,18 @@ def closure(start: Iterable[str], edges: dict[str, set[str]], exclude: set[str])
     seen = list(dict.fromkeys(start))
     index = 0
     while index < len(seen) and len(seen) <= MAX_ALIASES:
-        for other in sorted(edges.get(seen[index], ())):
+        path = seen[index]
+        root, _, rest = path.partition(".")
+        # `op.tensor` where `op` iterates `recvs`: `recvs[i].tensor`, whose path is `recvs.tensor`
+        fields = {f"{other}.{rest}" for other in edges.get(root, ())} if rest and root not in ("self", "cls") else set()
+        for other in sorted(edges.get(path, set()) | fields):
             if other not in seen and other not in exclude:
                 seen.append(other)
         index += 1
     return seen[:MAX_ALIASES + 1]
 
 
-def work_aliases(fn: FunctionFacts, loop_vars: dict[str, tuple[str, ...]]) -> set[str]:
+def work_aliases(fn: FunctionFacts, loop_links: list[tuple[str, tuple[str, ...]]]) -> set[str]:
     """Set each async work's `aliases` (at its launch) and return the paths whose uses must be kept (the aliases
     and the names bound from them later)."""
     from dataclasses import replace
@@ -191,12 +195,12 @@ def work_aliases(fn: FunctionFacts, loop_vars: dict[str, tuple[str, ...]]) -> se
     if not fn.async_works:
         return set()
     keep: set[str] = set()
-    everywhere = alias_edges(fn, loop_vars)
+    everywhere = alias_edges(fn, loop_links)
     works = []
     for work in fn.async_works:
         handles = {work.handle} | {u.arg for u in fn.uses if u.path == work.handle and u.how == "escape"}
         tensors = [t for t in work.tensors if t]
-        at_launch = closure(tensors, alias_edges(fn, loop_vars, work.end_line), handles)
+        at_launch = closure(tensors, alias_edges(fn, loop_links, work.end_line), handles)
         aliases = tuple(dict.fromkeys(work.aliases + tuple(p for p in at_launch if p not in tensors)))
         keep.update(closure(tensors, everywhere, handles))
         keep.update(h for h in handles if _plain(h))  # the lists they went into: bound here, or not (a global)

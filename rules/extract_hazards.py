@@ -100,6 +100,7 @@ class HazardCollector:
         self.bound_to: dict[int, str] = {}  # id(value expression) -> the path its result is bound or appended to
         self.escaping_calls: set[int] = set()  # id() of calls whose result is a view handed out (returned)
         self.loop_vars: dict[int, dict[str, tuple[str, ...]]] = {}  # id(function facts) -> loop var -> iterated paths
+        self.loop_links: dict[int, list[tuple[str, tuple[str, ...]]]] = {}  # every loop's (var, paths), in order
         self.p2p_made: dict[int, dict[str, list[str]]] = {}  # id(function facts) -> where P2POps went -> tensors
         self.iterations: set[int] = set()  # id() of the expressions loops iterate: naming them reads no element
         self.pairs = PairFacts()  # tuples of a handle and its buffer, out and back (extract_pairs.py)
@@ -504,6 +505,7 @@ class HazardCollector:
             bindings.append((var, (name,)))
         for var, paths in bindings:
             self.loop_vars.setdefault(id(self.fn), {})[var] = paths
+            self.loop_links.setdefault(id(self.fn), []).append((var, paths))
 
     def _compare(self, node: ast.Compare) -> None:
         """`buf is not None`, `x is y`: identity tests look at no element (a read tagged "is": a mention)."""
@@ -590,12 +592,12 @@ class HazardCollector:
     # --- end of file ----------------------------------------------------------------------------------------------
     def finish(self, facts: FileFacts) -> None:
         """Keep only the uses and placements a hazard rule can look at, and the source lines they point to."""
-        keep = {id(fn): work_aliases(fn, self.loop_vars.get(id(fn), {})) for fn in facts.functions}
+        keep = {id(fn): work_aliases(fn, self.loop_links.get(id(fn), [])) for fn in facts.functions}
         launched = {id(fn): len(fn.async_works) for fn in facts.functions}
         synthesize(facts.functions, self.pairs)  # handles and buffers that come back in a tuple (extract_pairs.py)
         for fn in facts.functions:
             if len(fn.async_works) != launched[id(fn)]:
-                keep[id(fn)] |= work_aliases(fn, self.loop_vars.get(id(fn), {}))
+                keep[id(fn)] |= work_aliases(fn, self.loop_links.get(id(fn), []))
         travelling = travelling_fields(facts.functions)
         for fn in facts.functions:
             fn.loops = [(a, b) for a, b in fn.loops if any(a <= w.line <= b for w in fn.async_works)]

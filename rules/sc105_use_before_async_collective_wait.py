@@ -411,7 +411,8 @@ def gather(out, shard, group):
             if not _waited_by_call(program, touch.function, touch.function.facts.line, touch.use.line):
                 yield self._travelling(touch)
         for left in left_in_flight(program, _waited_by_call):
-            if (left.function.id, left.work.line) not in reported:
+            if (left.function.id, left.work.line) not in reported:  # (a batch's sends after its receives)
+                reported.add((left.function.id, left.work.line))
                 yield left_in_flight_finding(self.id, left)
 
     def _returned(self, function: Function, work: AsyncWork, tensor: str, use) -> Finding:

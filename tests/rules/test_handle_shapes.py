@@ -295,3 +295,32 @@ def test_handle_waited_only_in_the_next_iteration():
     assert findings[0].message.startswith("`hidden_states1` is read in the loop's next iteration")
     assert findings[0].related[0].line == line_of(racy, "fwd_handle1 = dist.all_reduce")
     assert findings_of({"domino.py": _variant(DOMINO, "fwd_handle1.wait()")}, {"SC105"}) == []
+
+
+# --- a field of each op a loop takes from the object's own list: Megatron's NCCL copy service ------------------
+COPY_SERVICE = """
+import torch.distributed as dist
+
+class NCCLCopyService:
+    def run(self):
+        remote_sends = [op for op in self.send_ops if op.dest_rank != self.rank]
+        remote_recvs = [op for op in self.recv_ops if op.src_rank != self.rank]
+        p2p_ops = []
+        for op in remote_sends:
+            p2p_ops.append(dist.P2POp(dist.isend, op.tensor, op.dest_rank))
+        for op in remote_recvs:
+            p2p_ops.append(dist.P2POp(dist.irecv, op.tensor, op.src_rank))
+        if p2p_ops:
+            reqs = dist.batch_isend_irecv(p2p_ops)
+            for req in reqs:
+                WAIT
+        self.send_ops.clear()
+"""
+
+
+def test_received_into_fields_of_the_objects_own_ops():
+    racy = _variant(COPY_SERVICE, "pass")
+    findings = findings_of({"copy.py": racy}, {"SC105"})
+    assert _summary(findings) == [("SC105", "copy.py", line_of(racy, "reqs = dist.batch_isend_irecv"), "RAW")]
+    assert "still writes `self.recv_ops.tensor`, which its caller holds" in findings[0].message
+    assert findings_of({"copy.py": _variant(COPY_SERVICE, "req.wait()")}, {"SC105"}) == []
