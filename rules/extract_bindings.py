@@ -88,6 +88,8 @@ class Bindings(ast.NodeVisitor):
             for name in [t.id for t in elements(target) if isinstance(t, ast.Name)]:
                 if not any(word in name.lower() for word in NOT_TENSOR_WORDS):  # `device, buf = ...`: buf only
                     taken[name] = container
+                    if self.detailed:
+                        self.fn.taken.append((name, container, target.lineno))
 
     def _awaited_in_region(self, target: ast.AST, value: ast.AST) -> bool:
         """A local bound inside a stream region to what an awaitable's `wait()` returns (an event's or a

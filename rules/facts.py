@@ -208,6 +208,9 @@ class FunctionFacts:
     guarded: list[tuple[int, int]] = field(default_factory=list)
     # (first, last) line of `for` and `while` loops: what a launch leaves to the next iteration (SC105).
     loops: list[tuple[int, int]] = field(default_factory=list)
+    # (local, container path, line): `data = self._context.batches.pop(k)` takes an element out of a container
+    # another function may have filled on a side stream (free_after_handoff.py).
+    taken: list[tuple[str, str, int]] = field(default_factory=list)
 
     _parts = {
         "calls": Call, "accesses": Access, "syncs": Sync, "regions": Region, "uses": Use, "placements": Placement,
@@ -231,6 +234,7 @@ class FunctionFacts:
         kwargs["exits"] = [tuple(b) for b in data.get("exits", ())]
         kwargs["guarded"] = [tuple(b) for b in data.get("guarded", ())]
         kwargs["loops"] = [tuple(b) for b in data.get("loops", ())]
+        kwargs["taken"] = [tuple(t) for t in data.get("taken", ())]
         for key, kind in cls._parts.items():
             kwargs[key] = [_build(kind, item) for item in data.get(key, ())]
         return cls(**kwargs)

@@ -22,6 +22,7 @@ from streamcheck.findings import ROLE_READ, ROLE_STREAM_CONTEXT, ROLE_WRITE, Fin
 from .facts import NO_REGION, Access
 from .orderings import orderings_of, waits_for
 from .program import CURRENT_STREAM, Function, Program
+from .races import contexts, matching
 from .rule import location
 from .streams import HOST, UNKNOWN, as_code
 
@@ -45,6 +46,45 @@ def frees_after_handoff(program: Program, rule_id: str) -> Iterable[Finding]:
                 continue
             if not _waits_for_current_later(program, function, stream, use.line):
                 yield _finding(rule_id, function, made, region, use)
+        yield from _taken_from_containers(program, function, recorded, rule_id)
+
+
+def _taken_from_containers(program: Program, function: Function, recorded: set[str], rule_id: str
+                           ) -> Iterable[Finding]:
+    """The same for a local taken out of a container (`data = self._context.batches.pop(name)`) that other code
+    filled, only ever inside regions of one side stream: the element was made there (torchrec's prefetch
+    pipeline hands its batches over this way)."""
+    facts = function.facts
+    for local, container, line in facts.taken:
+        if local in recorded:
+            continue
+        filled = _filled_on(program, function, container)
+        if filled is None:
+            continue
+        writer, write, ctx = filled
+        reads = [a for a in facts.accesses if a.kind == "read" and a.path == container and a.region == NO_REGION
+                 and a.line > line]
+        use = min(reads, key=lambda a: (a.line, a.column), default=None)
+        if use is None or not _current_waits_between(program, function, ctx.stream, line, use.line):
+            continue
+        if not _waits_for_current_later(program, function, ctx.stream, use.line):
+            region = ctx.region_fn.facts.regions[ctx.region]
+            yield _finding(rule_id, function, write, region, use, local=local, maker=(writer, ctx.region_fn))
+
+
+def _filled_on(program: Program, function: Function, container: str):
+    """(writer, write, context) of the writes into `container` (any function: the container's key) when they all
+    run on one side stream, inside a region; else None."""
+    probe = Access("read", container, 0, 0, "")
+    found = None
+    for writer, write in matching(program, function, probe, "write"):
+        for ctx in contexts(program, writer, write):
+            if ctx.stream in (CURRENT_STREAM, UNKNOWN) or ctx.region_fn is None or ctx.chain:
+                return None
+            if found is not None and found[2].stream != ctx.stream:
+                return None
+            found = found or (writer, write, ctx)
+    return found
 
 
 def _may_be_current(program: Program, function: Function, stream: str) -> bool:
@@ -84,8 +124,12 @@ def _waits_for_current_later(program: Program, function: Function, stream: str, 
     return any((fid != function.id and shared) or (fid == function.id and at > line) for fid, at in waiting[stream])
 
 
-def _finding(rule_id: str, function: Function, made: Access, region, use: Access) -> Finding:
-    facts, path, code = function.facts, made.path, as_code(region.stream)
+def _finding(rule_id: str, function: Function, made: Access, region, use: Access, local: str = "",
+             maker: tuple[Function, Function] | None = None) -> Finding:
+    """`local`: the name the function holds the tensor by when it is not `made.path` (taken from a container);
+    `maker`: (writer, region function) when the tensor was made in another function."""
+    facts, path, code = function.facts, local or made.path, as_code(region.stream)
+    writer, region_fn = maker or (function, function)
     used = f"read by `{use.op}`"
     return Finding(
         rule=rule_id,
@@ -93,8 +137,8 @@ def _finding(rule_id: str, function: Function, made: Access, region, use: Access
                  f"`{path}.record_stream(current_stream())`: once it is freed, the allocator may give its memory "
                  f"to `{code}`'s next allocation while the current stream still uses it"),
         primary=location(function, use.line, use.column, ROLE_READ, f"used on the current stream in {facts.qualname}"),
-        related=(location(function, made.line, made.column, ROLE_WRITE, f"allocated by `{made.op}` on `{code}`"),
-                 location(function, region.line, region.column, ROLE_STREAM_CONTEXT, f"switches to `{code}`")),
+        related=(location(writer, made.line, made.column, ROLE_WRITE, f"allocated by `{made.op}` on `{code}`"),
+                 location(region_fn, region.line, region.column, ROLE_STREAM_CONTEXT, f"switches to `{code}`")),
         fix=(f"Call `{path}.record_stream(torch.cuda.current_stream())` before or after the read at line {use.line} "
              f"(the allocator then waits for the current stream's work before reusing the block)."),
         kind="FREE",

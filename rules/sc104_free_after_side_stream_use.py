@@ -36,7 +36,8 @@ class FreeAfterSideStreamUse(Rule):
         output, what an awaitable's `wait()` hands back there), handed over after it (the current stream waits for
         the side stream) and read on the current stream (by a device op, or by code it is passed to), with no
         `record_stream(current_stream())` in the function, when the side stream never waits for the current
-        stream anywhere in the program.
+        stream anywhere in the program; also for a tensor taken out of a container (`data = ctx.batches.pop(k)`)
+        that other code fills only inside regions of one side stream.
 
         And the wrong record (noop_record_stream.py): `t.record_stream(torch.cuda.current_stream())` right after
         `t` was allocated inside the region (or in a helper only called from one), where the current stream is
@@ -157,6 +158,22 @@ class Reducer:
         self.flat.copy_(param.grad.view(-1))
         param.grad.record_stream(torch.cuda.current_stream())
         param.grad = None
+""",
+        # ... recorded for the current stream once taken out.
+        """
+import torch
+
+def prefetch(context, dist_stream):
+    with torch.cuda.stream(dist_stream):
+        data = context.request.wait()
+    context.staged_batches["emb"] = data
+
+class Forward:
+    def __call__(self, context):
+        data = context.staged_batches.pop("emb")
+        torch.cuda.current_stream().wait_stream(self.stream)
+        data.record_stream(torch.cuda.current_stream())
+        return self.module.compute(data)
 """,
         # The reading stream taken before the region and recorded (diffusers >= 0.36).
         """
@@ -313,6 +330,21 @@ class Group:
     def transfer(self, tensor, source):
         tensor.data = source.to("cuda", non_blocking=True)
         tensor.data.record_stream(torch.cuda.current_stream())  # expect: SC104
+""",
+        # Taken out of a container that is only filled on a side stream (torchrec's prefetched batches).
+        """
+import torch
+
+def prefetch(context, dist_stream):
+    with torch.cuda.stream(dist_stream):
+        data = context.request.wait()
+    context.staged_batches["emb"] = data
+
+class Forward:
+    def __call__(self, context):
+        data = context.staged_batches.pop("emb")
+        torch.cuda.current_stream().wait_stream(self.stream)
+        return self.module.compute(data)  # expect: SC104
 """,
         # A helper called only inside a side-stream region runs on that stream: its release needs the record too.
         """
