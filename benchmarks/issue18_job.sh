@@ -1,6 +1,7 @@
 # Device calls for issues 17/18 (run from the repository root on the GPU machine; $OUT set by the device tool).
 #   PART=timing bash benchmarks/issue18_job.sh   # overhead.py --gpus 1 before/after alternated, then the ZeRO-2 profile
 #   PART=tests  bash benchmarks/issue18_job.sh   # tests/gpu on both backends || same losses || the 1000-step soak
+#                                                # (SPLIT=1: two processes per backend; LOSSES=0, SOAK=0: without those)
 #   PART=final  bash benchmarks/issue18_job.sh   # the ZeRO-2 profile in rounds + window + cProfile, overhead.py (main),
 #                                                # then the tests part (MODE_FILTER on the mode); OVERHEAD=0, TESTS=0
 #   PART=stages bash benchmarks/issue18_job.sh   # the ZeRO-2 ratio, then the hook's stages on a stage-times build
@@ -91,10 +92,15 @@ fi
 if [ "${PART:-timing}" = tests ] || { [ "${PART:-timing}" = final ] && [ "${TESTS:-1}" = 1 ]; }; then
   limit=$(left 20)
   log "GPU tests on both backends side by side (limit ${limit}s each); beside them: same losses, the soak"
+  # SPLIT=1: each backend's tests in two processes side by side (the racy examples, the rest): half the wall time
   for b in ${TEST_BACKENDS:-native mode}; do
     filter=(); [ "$b" = mode ] && [ -n "${MODE_FILTER:-}" ] && filter=(-k "$MODE_FILTER")
-    STREAMCHECK_BACKEND=$b timeout "$limit" python3 -P -m pytest -q -p no:cacheprovider -m gpu tests/gpu -rA \
-      --durations=5 "${filter[@]}" --basetemp=/tmp/gpu-tests-$b > "$OUT/gpu-tests-$b.log" 2>&1 &
+    if [ "${SPLIT:-0}" = 1 ]; then parts=("racy" "not racy"); else parts=(""); fi
+    for i in "${!parts[@]}"; do
+      log_name=gpu-tests-$b; part=(); [ -n "${parts[$i]}" ] && { log_name=gpu-tests-$b-$i; part=(-k "${parts[$i]}"); }
+      STREAMCHECK_BACKEND=$b timeout "$limit" python3 -P -m pytest -q -p no:cacheprovider -m gpu tests/gpu -rA \
+        --durations=5 "${filter[@]}" "${part[@]}" --basetemp=/tmp/gpu-tests-$b-$i > "$OUT/$log_name.log" 2>&1 &
+    done
   done
   if [ "${LOSSES:-1}" = 1 ]; then  # plain, native, mode: each a fresh process, same seeds, 8 steps
     ( for run in plain:native streamcheck:native streamcheck:mode; do
@@ -119,9 +125,9 @@ PY
       > "$OUT/soak.log" 2>&1 &
   fi
   wait
-  for b in ${TEST_BACKENDS:-native mode}; do
-    echo "== $b"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/gpu-tests-$b.log" | tail -n 25
-    grep -E "^(PASSED|FAILED).*(handle_travels|handoff_without_record_stream)" "$OUT/gpu-tests-$b.log"
+  for log_file in "$OUT"/gpu-tests-*.log; do
+    echo "== ${log_file##*/}"; grep -E "^(FAILED|ERROR)|passed|failed" "$log_file" | tail -n 25
+    grep -E "^(PASSED|FAILED).*(${SHOW_TESTS:-handle_travels|handoff_without_record_stream})" "$log_file"
   done
   echo "== losses"; cat "$OUT/losses.log" 2>/dev/null
   echo "== soak"; grep -v "^\[\|Warning\|warn" "$OUT/soak.log" 2>/dev/null | tail -15

@@ -276,6 +276,7 @@ inline void run_collective(const Plan& plan, const c10::OperatorHandle& op, c10:
   {
     SpecialScope in_special;
     ReportsHeldBack held(&reports);
+    STAGE_SCOPE(kSpecialOp);
     op.redispatchBoxed(rest, stack);  // on an exception the reports held back go with the collective
     call_probe();
   }

@@ -12,9 +12,13 @@ namespace streamcheck_native {
 #ifdef STREAMCHECK_STAGE_TIMES
 constexpr bool kStageTimes = true;
 // The stages, in the order stage_times() lists them.
-enum Stage { kHookTotal, kOp, kSpecial, kGil, kSite, kDecide, kPythonOp, kFree, kAlloc, kTraceReport, kStages };
-inline const char* const kStageNames[kStages] = {"hook_total", "op",   "special", "gil",   "site",
-                                                 "decide",     "python_op", "free", "alloc", "trace_report"};
+// special: a collective or record_stream whole; special_op: the collective itself within it (NCCL's own launch,
+// which a plain run pays too), decided in C++ (collectives.h)
+enum Stage { kHookTotal, kOp, kSpecial, kSpecialOp, kGil, kSite, kDecide, kPythonOp, kFree, kAlloc, kTraceReport,
+             kStages };
+inline const char* const kStageNames[kStages] = {"hook_total", "op",        "special", "special_op",
+                                                 "gil",        "site",      "decide",  "python_op",
+                                                 "free",       "alloc",     "trace_report"};
 
 struct StageTotals {
   std::atomic<uint64_t> ns[kStages];
