@@ -18,7 +18,7 @@ from typing import Iterator
 
 from streamcheck.findings import ROLE_READ, ROLE_WRITE, Finding
 
-from .extract_handles import P2P_SEND
+from .extract_handles import BATCH_P2P, P2P_SEND
 from .facts import AsyncWork
 from .program import Function, Program
 from .races import exits_before
@@ -60,6 +60,24 @@ def left_in_flight(program: Program, waited_by_call) -> Iterator[LeftInFlight]:
             yield LeftInFlight(function, work, tensor)
 
 
+def single_handle(facts, work: AsyncWork) -> str:
+    """The work's handle when it names one handle (`h`, `self._work`); "" for a list of them (`reqs` of a batch,
+    `handles` the launch was appended to, made before it), whose wait is a loop, not `reqs.wait()`."""
+    if not work.handle or work.handle.startswith("(") or work.op in (BATCH_P2P, P2P_SEND) and "." not in work.handle:
+        return ""
+    made_before = any(u.path == work.handle and u.how == "rebind" and u.line < work.line for u in facts.uses)
+    return "" if made_before else work.handle
+
+
+def wait_text(facts, work: AsyncWork) -> str:
+    """How to wait the work's handle(s), the start of a finding's fix line."""
+    if single_handle(facts, work):
+        return f"Call `{work.handle}.wait()`"
+    if _looped(work.handle) or not work.handle:
+        return "Wait each of its handles"
+    return f"Wait each handle in `{work.handle}` (`for h in {work.handle}: h.wait()`)"
+
+
 def _looped(handle: str) -> bool:
     """`for req in dist.batch_isend_irecv(ops)`: the handles only the loop holds (extract_hazards names them)."""
     return handle.startswith("(iter@")
@@ -90,9 +108,9 @@ def finding(rule: str, left: LeftInFlight) -> Finding:
                          f"{work.op}(...) on `{left.tensor}` in {facts.qualname}"),
         related=(location(function, facts.end_line, 1, ROLE_READ if not sends else ROLE_WRITE,
                           f"the end of {facts.qualname}: the caller goes on with `{left.tensor}`"),),
-        fix=(f"Wait the handles in the loop before {facts.qualname} returns." if _looped(work.handle) else
-             f"Wait `{work.handle}` before {facts.qualname} returns, or return it to the caller."),
+        fix=f"{wait_text(facts, work)} before {facts.qualname} returns, or return the handles to the caller.",
         kind="WAR" if sends else "RAW",
         symbol=facts.qualname,
-        extra={"path": left.tensor, "handle": work.handle, "collective": work.op},
+        # no "handle": the wait goes at the function's end, not before the launch (no derived --fix)
+        extra={"path": left.tensor, "left_in_flight": work.handle, "collective": work.op},
     )

@@ -13,7 +13,7 @@ from .program import Function, Program
 from .races import exits_before
 from .rule import Rule, location
 from .extract_handles import BATCH_P2P, P2P_LAUNCHES, P2P_SEND
-from .handles_at_exit import finding as left_in_flight_finding, left_in_flight
+from .handles_at_exit import finding as left_in_flight_finding, left_in_flight, single_handle, wait_text
 from .loop_carried_handles import carried_touch
 from .travelling_handles import MENTIONS, TravellingTouch, bound_local, travelling_touches
 
@@ -423,10 +423,10 @@ def gather(out, shard, group):
                      f"`{work.handle}` is not waited before, and it does not go along with the tensor"),
             primary=location(function, use.line, use.column, ROLE_READ, f"returned from {facts.qualname}"),
             related=(location(function, work.line, work.column, ROLE_CALL, f"{work.op}(..., async_op=True)"),),
-            fix=f"Call `{work.handle}.wait()` before line {use.line}, or return the handle with the tensor.",
+            fix=f"{wait_text(facts, work)} before line {use.line}, or return the handle with the tensor.",
             kind="RAW",
             symbol=facts.qualname,
-            extra={"path": tensor, "handle": work.handle, "collective": work.op},
+            extra={"path": tensor, "handle": single_handle(facts, work), "collective": work.op},
         )
 
     def _carried(self, function: Function, work: AsyncWork, tensor: str, use) -> Finding:
@@ -440,10 +440,10 @@ def gather(out, shard, group):
             primary=location(function, use.line, use.column, ROLE_WRITE if use.how == "write" else ROLE_READ,
                              f"{use.arg or 'use'} in {facts.qualname}, next iteration"),
             related=(location(function, work.line, work.column, ROLE_CALL, f"{work.op}(..., async_op=True)"),),
-            fix=f"Call `{work.handle}.wait()` before line {use.line} (the handle of the previous iteration).",
+            fix=f"{wait_text(facts, work)} before line {use.line} (the handle of the previous iteration).",
             kind="WAR" if use.how == "write" else "RAW",
             symbol=facts.qualname,
-            extra={"path": tensor, "handle": work.handle, "collective": work.op},
+            extra={"path": tensor, "handle": single_handle(facts, work), "collective": work.op},
         )
 
     def _travelling(self, touch: TravellingTouch) -> Finding:
@@ -517,11 +517,11 @@ def gather(out, shard, group):
                                  f"{use.arg or 'use'} in {facts.qualname}"),
                 related=(location(function, work.line, work.column, ROLE_CALL,
                                   f"{work.op}(..., async_op=True)" if work.op not in P2P_OPS else f"{work.op}(...)"),),
-                fix=(f"Call `{work.handle or 'work'}.wait()` before line {use.line} (it orders the current stream "
-                     f"after the collective without blocking the host)."),
+                fix=(f"{wait_text(facts, work)} before line {use.line} (it orders the current stream after "
+                     f"the collective without blocking the host)."),
                 kind="WAR" if use.how == "write" else "RAW",
                 symbol=facts.qualname,
-                extra={"path": tensor, "handle": work.handle, "collective": work.op},
+                extra={"path": tensor, "handle": single_handle(facts, work), "collective": work.op},
             )
         return None
 

@@ -40,6 +40,7 @@ ONE_GPU = {
     "input_not_waited": ("SC201", "RAW"),
     "result_not_waited": ("SC201", "RAW"),
     "handle_travels": ("SC201", "RAW"),  # one-rank NCCL
+    "handle_left_in_flight": ("SC201", "RAW"),  # one-rank NCCL
     "handoff_without_record_stream": ("SC202", "FREE"),
     "record_stream_names_itself": ("SC202", "FREE"),
     "hook_waits_default_stream": ("SC201", "RAW"),

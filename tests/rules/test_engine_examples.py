@@ -26,6 +26,8 @@ PAIRS = {
     "result_not_waited": ("SC101", "RAW", "earlier", "switch"),
     # An async collective's handle stored beside its buffer, read elsewhere unwaited (travelling_handles.py)
     "handle_travels": ("SC105", "RAW", "race", "earlier"),
+    # A wrapper returns with its caller's outputs still being gathered, the handles left behind (handles_at_exit.py)
+    "handle_left_in_flight": ("SC105", "RAW", "earlier", "end"),
     # Made on a side stream, read on the current one after a wait, never recorded for it (free_after_handoff.py)
     "handoff_without_record_stream": ("SC104", "FREE", "earlier", "made"),
     # `record_stream(current_stream())` inside the region records the allocation stream (noop_record_stream.py)
