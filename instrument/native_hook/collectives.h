@@ -59,7 +59,7 @@ struct CollectiveState {
   std::unordered_map<uintptr_t, std::vector<std::pair<int, Comm>>> comms;
 #ifdef STREAMCHECK_CPP_COLLECTIVES
   struct Pending {
-    c10::weak_intrusive_ptr<c10d::Work> work;
+    c10::weak_intrusive_ptr<torch::CustomClassHolder> work;  // the C++ Work (any custom class object it returns)
     int device;
   };
   std::unordered_map<uintptr_t, Pending> works;  // launched, not waited yet
@@ -210,6 +210,9 @@ inline int comm_actor_id(Detector* d, const c10::IValue* group, int device) {
   return entries.back().second.actor;
 }
 
+// A Work's key: the address of its C++ object as a custom class holder (one address, from either side)
+inline uintptr_t work_key(const torch::CustomClassHolder* work) { return reinterpret_cast<uintptr_t>(work); }
+
 // GIL held. Works that died unwaited: nothing can wait for them any more, so their clocks go (collectives.py
 // _dropped, told at the next collective as there).
 inline void forget_dropped_works(Detector* d) {
@@ -237,6 +240,7 @@ inline void run_collective(const Plan& plan, const c10::OperatorHandle& op, c10:
   c10::IValue group;
   bool has_group = false;
   int64_t site = -1;
+  bool attached = false;
   try {
     size_t n = plan.roles.size();
     size_t first = stack->size() - n;
@@ -247,7 +251,7 @@ inline void run_collective(const Plan& plan, const c10::OperatorHandle& op, c10:
         group = value;
         has_group = true;
       } else if (static_cast<int>(i) == plan.async_arg) {
-        async_op = value.isNone() ? true : value.toBool();
+        async_op = value.isBool() ? value.toBool() : value.isInt() ? value.toInt() != 0 : true;  // None: async
       } else if (role == Role::Read || role == Role::Write) {
         for_each_nested_tensor(value, [&](const at::Tensor& t) {
           Range r;
@@ -259,26 +263,38 @@ inline void run_collective(const Plan& plan, const c10::OperatorHandle& op, c10:
     }
     py::gil_scoped_acquire gil;
     py::object keep = py::reinterpret_borrow<py::object>(f.owner);
-    if (f.detector == nullptr) {
-      op.redispatchBoxed(rest, stack);  // detached meanwhile (the watch stopped on another thread)
-      return;
+    attached = f.detector != nullptr;  // false: detached meanwhile (the watch stopped on another thread)
+    if (attached) {
+      forget_dropped_works(f.detector);
+      site = site_of_op();
+      if (f.in_backward && site < 0) site = f.backward_site;  // no frame of the program: the backward() call
+      if (site == -2) site = py::reinterpret_borrow<py::object>(f.capture_site)().cast<int64_t>();
     }
-    forget_dropped_works(f.detector);
-    site = site_of_op();
-    if (f.in_backward && site < 0) site = f.backward_site;  // no frame of the program: the backward() call
-    if (site == -2) site = py::reinterpret_borrow<py::object>(f.capture_site)().cast<int64_t>();
   } catch (const std::exception& e) {
     report_error(std::string("native hook, before ") + op.schema().name() + ": " + e.what());
+    attached = false;
+  }
+  if (!attached) {
     op.redispatchBoxed(rest, stack);
     return;
   }
   std::vector<TraceReport> reports;
-  {
+  try {
     SpecialScope in_special;
     ReportsHeldBack held(&reports);
     STAGE_SCOPE(kSpecialOp);
-    op.redispatchBoxed(rest, stack);  // on an exception the reports held back go with the collective
+    op.redispatchBoxed(rest, stack);
     call_probe();
+  } catch (...) {
+    // the collective failed: what it reported still happened (collectives.py replays it, streams unrenamed)
+    try {
+      py::gil_scoped_acquire gil;
+      py::object keep = py::reinterpret_borrow<py::object>(f.owner);
+      int thread = f.detector != nullptr ? current_thread_actor(f, f.detector) : -1;
+      if (thread >= 0) replay_reports(f, f.detector, thread, reports, 0, -1, -1);
+    } catch (...) {
+    }
+    throw;
   }
   try {
     int64_t launch_handle = device >= 0 ? current_stream(device) : 0;
@@ -295,12 +311,13 @@ inline void run_collective(const Plan& plan, const c10::OperatorHandle& op, c10:
       if (stream < 0 || comm < 0) return;
       const c10::IValue& out = stack->back();
       uintptr_t work = 0;
-      if (out.isObject()) {
-        c10::intrusive_ptr<c10d::Work> held = out.toCustomClass<c10d::Work>();
-        work = reinterpret_cast<uintptr_t>(held.get());
+      if (out.isObject() && out.toObjectRef().slots().size() == 1 && out.toObjectRef().getSlot(0).isCapsule()) {
+        c10::intrusive_ptr<torch::CustomClassHolder> held = out.toObjectRef().getSlot(0).toCapsule();
+        work = work_key(held.get());
         CollectiveState& c = collective_state();
         if (c.works.size() >= kMaxPendingWorks) c.works.erase(c.works.begin());
-        c.works.insert_or_assign(work, CollectiveState::Pending{c10::weak_intrusive_ptr<c10d::Work>(held), device});
+        c.works.insert_or_assign(
+            work, CollectiveState::Pending{c10::weak_intrusive_ptr<torch::CustomClassHolder>(held), device});
       }
       if (plan.index >= static_cast<int>(f.op_ids.size())) f.op_ids.resize(plan.index + 1, -1);
       int& op_id = f.op_ids[plan.index];
@@ -361,9 +378,9 @@ inline void run_record_stream(const c10::OperatorHandle& op, c10::DispatchKeySet
 // GIL held. `Work.wait()` in Python: (key, device) of a Work this launched and nobody waited yet (then forgotten
 // here), else None.
 inline py::object take_work(const py::handle& work) {
-  c10d::Work* ptr = work.cast<c10d::Work*>();
+  c10d::Work* ptr = work.cast<c10d::Work*>();  // the Python Work wraps the C++ one the collective returned
   CollectiveState& c = collective_state();
-  auto found = c.works.find(reinterpret_cast<uintptr_t>(ptr));
+  auto found = c.works.find(work_key(ptr));
   if (found == c.works.end() || found->second.work.expired()) return py::none();
   py::object out = py::make_tuple(static_cast<uint64_t>(found->first), found->second.device);
   c.works.erase(found);
