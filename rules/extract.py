@@ -112,6 +112,7 @@ class _FactsVisitor(CallsAndAccesses, Bindings, RegionsAndBlocks, ast.NodeVisito
         self.frames: list[tuple[str, set[str]]] = [(MODULE_SCOPE, set())]
         self.pending_attr_functions: list[tuple[str, str, str, int]] = []  # attr, name, scope, line
         self.taken_from: dict[int, dict[str, str]] = {}  # per function: local -> the container it came out of
+        self.awaited_containers: dict[int, set[str]] = {}  # per function: local dicts of awaited results
         self.written_locals: dict[int, set[str]] = {}  # per function: the plain names it has written so far
         self.defined: set[str] = set()
         self.hazards = None

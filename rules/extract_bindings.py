@@ -72,6 +72,11 @@ class Bindings(ast.NodeVisitor):
             taken.pop(name, None)  # bound again: no longer what it was taken from
         if isinstance(target, ast.Subscript):
             container = access_path(target.value)
+            if container and "." not in container and self._awaited_in_region(target, value):
+                # `waited[name] = request.wait()` inside `with stream(s):` (torchrec's PEC pipeline): a local
+                # dict of s's outputs (written by visit_Assign's awaited case), taken apart after the region
+                self.awaited_containers.setdefault(id(self.fn), set()).add(container)
+                return
             if container and "." in container:
                 stored = {e.id for e in elements(value) if isinstance(e, ast.Name)} & self.written_locals.get(
                     id(self.fn), set())
@@ -84,7 +89,7 @@ class Bindings(ast.NodeVisitor):
         source = value.func.value if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and \
             value.func.attr in ("pop", "get", "popleft") else value.value if isinstance(value, ast.Subscript) else None
         container = access_path(source) if source is not None else None
-        if container and "." in container:
+        if container and ("." in container or container in self.awaited_containers.get(id(self.fn), ())):
             for name in [t.id for t in elements(target) if isinstance(t, ast.Name)]:
                 if not any(word in name.lower() for word in NOT_TENSOR_WORDS):  # `device, buf = ...`: buf only
                     taken[name] = container
@@ -94,7 +99,8 @@ class Bindings(ast.NodeVisitor):
     def _awaited_in_region(self, target: ast.AST, value: ast.AST) -> bool:
         """A local bound inside a stream region to what an awaitable's `wait()` returns (an event's or a
         stream's wait returns nothing; a work handle's is not bound)."""
-        if self.region == NO_REGION or not isinstance(target, ast.Name) or not isinstance(value, ast.Call):
+        if self.region == NO_REGION or not isinstance(target, (ast.Name, ast.Subscript)) \
+                or not isinstance(value, ast.Call):
             return False
         func = value.func
         if not isinstance(func, ast.Attribute) or func.attr != "wait":

@@ -31,6 +31,7 @@ def frees_after_handoff(program: Program, rule_id: str) -> Iterable[Finding]:
         facts = function.facts
         recorded = {u.path for u in facts.uses
                     if u.how == "record_stream" and _may_be_current(program, function, u.arg)}
+        recorded |= {container for local, container, _ in facts.taken if local in recorded}  # `kjt = waited[n]`
         for made in facts.accesses:
             if made.kind != "write" or not made.fresh or made.region == NO_REGION or "." in made.path \
                     or made.path in recorded or made.owner:
@@ -45,7 +46,7 @@ def frees_after_handoff(program: Program, rule_id: str) -> Iterable[Finding]:
             if use is None or not _current_waits_between(program, function, stream, region.end_line, use.line):
                 continue
             if not _waits_for_current_later(program, function, stream, use.line):
-                yield _finding(rule_id, function, made, region, use)
+                yield _finding(rule_id, function, made, region, use, local=_taken_as(function, made.path, use.line))
         yield from _taken_from_containers(program, function, recorded, rule_id)
 
 
@@ -70,6 +71,12 @@ def _taken_from_containers(program: Program, function: Function, recorded: set[s
         if not _waits_for_current_later(program, function, ctx.stream, use.line):
             region = ctx.region_fn.facts.regions[ctx.region]
             yield _finding(rule_id, function, write, region, use, local=local, maker=(writer, ctx.region_fn))
+
+
+def _taken_as(function: Function, container: str, line: int) -> str:
+    """The local an element of `container` was last taken out as before `line` (`kjt = waited[name]`), or ""."""
+    takes = [(at, local) for local, path, at in function.facts.taken if path == container and at <= line]
+    return max(takes)[1] if takes else ""
 
 
 def _filled_on(program: Program, function: Function, container: str):

@@ -175,6 +175,21 @@ class Forward:
         data.record_stream(torch.cuda.current_stream())
         return self.module.compute(data)
 """,
+        # ... each element recorded for the current stream as it is taken out.
+        """
+import torch
+
+def lookup(requests, modules, dist_stream):
+    waited = {}
+    with torch.cuda.stream(dist_stream):
+        for name in modules:
+            waited[name] = requests[name].wait()
+    torch.cuda.current_stream().wait_stream(dist_stream)
+    for name, module in modules.items():
+        kjt = waited[name]
+        kjt.record_stream(torch.cuda.current_stream())
+        module.compute(kjt)
+""",
         # The reading stream taken before the region and recorded (diffusers >= 0.36).
         """
 import torch
@@ -345,6 +360,20 @@ class Forward:
         data = context.staged_batches.pop("emb")
         torch.cuda.current_stream().wait_stream(self.stream)
         return self.module.compute(data)  # expect: SC104
+""",
+        # Awaited results kept in a local dict inside the region, taken out after it (torchrec's PEC pipeline).
+        """
+import torch
+
+def lookup(requests, modules, dist_stream):
+    waited = {}
+    with torch.cuda.stream(dist_stream):
+        for name in modules:
+            waited[name] = requests[name].wait()
+    torch.cuda.current_stream().wait_stream(dist_stream)
+    for name, module in modules.items():
+        kjt = waited[name]
+        module.compute(kjt)  # expect: SC104
 """,
         # A helper called only inside a side-stream region runs on that stream: its release needs the record too.
         """
