@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from .extract_names import COPYING_METHODS, HOST_ONLY_FUNCTIONS, NOT_PRODUCERS, NOT_TENSOR_WORDS, PRODUCING_METHODS
 from .extract_paths import access_path, dotted, elements
-from .facts import MODULE_SCOPE, NO_REGION, AttrFunction
+from .facts import MODULE_SCOPE, NO_REGION, AttrFunction, Sync
 from .streams import captures_current
 from .torch_api import TORCH_CALLABLES
 
@@ -78,8 +78,11 @@ class Bindings(ast.NodeVisitor):
                 self.awaited_containers.setdefault(id(self.fn), set()).add(container)
                 return
             if container and "." in container:
-                stored = {e.id for e in elements(value) if isinstance(e, ast.Name)} & self.written_locals.get(
-                    id(self.fn), set())
+                names = [e for e in elements(value) if isinstance(e, ast.Name)]
+                for name in names:  # `self.stash[i] = (t, event)`: kept if `event` is recorded here (extract.py)
+                    self.fn.syncs.append(Sync("store", dotted(target.value), target.lineno, target.col_offset + 1,
+                                              name.id, self.region, self.blocks[-1], "[]="))
+                stored = {e.id for e in names} & self.written_locals.get(id(self.fn), set())
                 if not stored:
                     return
                 self.fn.accesses.extend(

@@ -59,6 +59,9 @@ def event_id(program: "Program", function: "Function", text: str) -> str:
     """An event's identity: a `self.` path per owning class, any other path per function. An event taken out
     of a container (`self.events[m].popleft()`, `events[0]`) is the container's."""
     text = _TAKEN.sub("", text)
+    taken = [container for local, container, _ in function.facts.taken if local == text]
+    if taken:  # `_, ev = self.stash[i]`: the container's events
+        text = taken[-1]
     if text.startswith("self."):
         attr = text.split(".")[1]
         return f"{text}@{program.attr_owner(function.file.path, function.owner, attr)}"

@@ -274,9 +274,43 @@ class Forward:
         torch.cuda.current_stream().wait_stream(self.stream)
         return self.module.compute(data)
 """,
+        # ... recorded on the writing stream: waiting for it where it is taken out orders the read.
+        """
+import torch
+
+class Offload:
+    def offload(self, t, key):
+        self.side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self.side):
+            self.staged.copy_(t, non_blocking=True)
+        event = self.side.record_event()
+        self.stash[key] = (t, event)
+
+    def reload(self, key):
+        _, ev = self.stash[key]
+        torch.cuda.current_stream().wait_event(ev)
+        return self.staged.sum()
+""",
     ]
 
     INVALID = [
+        # The event travels in a container (TRL's forward stash) but was recorded on another stream.
+        """
+import torch
+
+class Offload:
+    def offload(self, t, key):
+        self.side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self.side):
+            self.staged.copy_(t, non_blocking=True)  # expect: SC101
+        event = self.other.record_event()
+        self.stash[key] = (t, event)
+
+    def reload(self, key):
+        _, ev = self.stash[key]
+        torch.cuda.current_stream().wait_event(ev)
+        return self.staged.sum()
+""",
         # A helper only called inside another stream's region: its `current_stream()` is that (prefetch) stream,
         # so its wait orders nothing for the compute stream that takes the batch out of the context's dict
         # (torchrec's prefetch pipeline, with the consumer's wait missing).

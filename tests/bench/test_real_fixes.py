@@ -1,6 +1,6 @@
 """Real stream-ordering fixes, before and after: the release before the fix is flagged at the fixed code, the
 release with the fix is not (issue 14). Only the cases the engine gets right are here; the cases it misses
-(DeepSpeed #8080, Megatron #7398, vLLM #47282, TRL #7195) are written up for issue 14 with a
+(DeepSpeed #8080, Megatron #7398, vLLM #47282) are written up for issue 14 with a
 reduced racy/fixed pair each and what the engine lacks (benchmarks/triage/real_fixes.md). (The hpZ fix, 0.13.4 -> 0.13.5, is in
 tests/rules/test_deepspeed_sc101.py.)
 
@@ -180,3 +180,30 @@ def test_group_offloading_records_the_compute_stream_in_0_36_0(sdist):
     source = (root / GROUP_OFFLOADING).read_text(encoding="utf-8")
     assert "record_stream(default_stream)" in source
     assert [f for f in _scan(root, "diffusers/hooks") if f.primary.path == GROUP_OFFLOADING] == []
+
+
+# TRL's activation offloading, fixed in PR #7195 (released in 1.14.0): 1.13.0 caches the compute stream once at
+# construction as `torch.cuda.default_stream()` (line 160), and the pack hook (a saved-tensors hook, run on its
+# invoker's stream) makes the offload stream wait for that cached stream (line 286) before cloning the activation
+# on it (line 328). 1.14.0 asks for the current stream each time (an `s0` property) and clones before the wait.
+ACTIVATION_OFFLOADING = "trl/models/activation_offloading.py"
+
+
+def test_activation_offload_waits_for_the_cached_default_stream_in_1_13_0(sdist):
+    root = sdist("trl", "1.13.0")
+    source = (root / ACTIVATION_OFFLOADING).read_text(encoding="utf-8").splitlines()
+    assert source[159].strip() == "self.s0 = torch.cuda.default_stream()"
+    assert source[285].strip() == "self.s1.wait_stream(self.s0)"
+    [finding] = [f for f in _scan(root, "trl/models") if f.primary.path == ACTIVATION_OFFLOADING]
+    assert (finding.rule, finding.kind, finding.primary.line, finding.primary.column) == ("SC101", "RAW", 328, 42)
+    assert finding.primary.snippet == "activation = activation.clone(memory_format=torch.contiguous_format)"
+    assert finding.symbol == "OffloadActivations.__init__.pack_tensor"
+    assert finding.extra == {"path": "activation", "writer_stream": "", "reader_stream": "self.s1",
+                             "consumer": "device op", "producer": "outside"}
+    assert [(r.line, r.role) for r in finding.related] == [(295, "stream context")]
+
+
+def test_activation_offload_waits_for_the_current_stream_in_1_14_0(sdist):
+    root = sdist("trl", "1.14.0")
+    assert "return torch.cuda.current_stream()" in (root / ACTIVATION_OFFLOADING).read_text(encoding="utf-8")
+    assert [f for f in _scan(root, "trl/models") if f.primary.path == ACTIVATION_OFFLOADING] == []
