@@ -189,6 +189,11 @@ class HazardCollector:
         if last in P2P_LAUNCHES or last in (P2P_OP, BATCH_P2P):
             if self._p2p(node, callee, last):
                 return
+        if isinstance(keywords.get("async_op"), ast.Name) and self._is_collective(node, callee):
+            self._maybe_async(node, last, keywords)  # then seen as any call
+        if last.lstrip("_")[:1].isupper() and len(node.args) >= 2:  # `Handle(work, out, ...)` (extract_pairs.py)
+            self.pairs.built.setdefault(id(self.fn), []).append(
+                (last, tuple(self.access_path(a) or "" for a in node.args)))
         if isinstance(func, ast.Attribute) and not self._is_module(func.value):
             self.skip.add(id(func))
             self._method_call(node, func.attr, func.value, keywords)
@@ -206,6 +211,15 @@ class HazardCollector:
             self._arguments(node, "escape", RETURNED if last in VIEW_BUILTINS else "")
             return
         self._arguments(node, "write" if last in FILLER_NAMES else "read")
+
+    def _maybe_async(self, node: ast.Call, op: str, keywords: dict) -> None:
+        """`async_op=async_op`: kept aside for the tuples that hand its handle on (extract_pairs.py)."""
+        exprs = list(node.args) + [v for k, v in keywords.items() if k not in NON_TENSOR_KEYWORDS]
+        tensors = tuple(dict.fromkeys(p for expr in exprs for elt in elements(expr)
+                                      if not isinstance(elt, ast.Constant) for p in [self.access_path(elt)] if p))
+        self.pairs.maybe.setdefault(id(self.fn), []).append(AsyncWork(
+            op, self.bound_to.get(id(node), ""), tensors, node.lineno, node.col_offset + 1,
+            node.end_lineno or node.lineno, self.v.blocks[-1], self.v.region))
 
     def _async_flag(self, flag: ast.AST | None, node: ast.Call) -> bool:
         """`async_op=True`, or `async_op=async_op` where this function's parameter defaults to True."""
@@ -428,6 +442,8 @@ class HazardCollector:
             self.pairs.out.setdefault(id(self.fn), []).append((single, stored))
         bound = positions(target, self.access_path)
         source = taken_from(value, self.access_path, self.dotted) if bound else None
+        if bound and source is None and isinstance(value, ast.Name) and value.id in self.fn.params:
+            source = ("names", value.id)  # a parameter taken apart: matched by the launcher's names
         if bound and source:
             self.pairs.back.setdefault(id(self.fn), []).append((
                 source, bound, node.lineno, node.col_offset + 1, node.end_lineno or node.lineno, self.v.blocks[-1],
@@ -467,6 +483,10 @@ class HazardCollector:
         if node.value is None:
             return
         returned = positions(node.value, self.access_path) if isinstance(node, ast.Return) else None
+        value = node.value
+        if isinstance(node, ast.Return) and isinstance(value, ast.Call) and len(value.args) >= 2 \
+                and self.dotted(value.func).rsplit(".", 1)[-1].lstrip("_")[:1].isupper():
+            returned = tuple(self.access_path(a) or "" for a in value.args)  # `return Result(out, event, work)`
         if returned:  # `return handle, buf`
             self.pairs.out.setdefault(id(self.fn), []).append(("", returned))
         for elt in _stored(node.value):  # `return t.numpy()`, `return list(t)`: views handed out, read later

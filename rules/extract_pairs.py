@@ -12,6 +12,12 @@ the same tuple is an async work of its own (`AsyncWork`, at the destructuring), 
 names bound at those positions: SC105's queries (a touch before the wait, a travelling pair of fields, a
 function leaving it in flight) then apply to it as to any launch.
 
+A pair handed to a constructor (`Handle(work, out, ...)`) is one for the parameters of that class's `__init__` in
+the file (which stores them on `self`: SC105's travelling fields). A parameter taken apart (`(out, event, work) =
+result`) pairs with an outgoing tuple or result constructor of the file that has the same names at the same
+positions (`return AllGatherResult(out, event, work)`: FSDP2's all-gather). Collectives launched with
+`async_op=<a variable>` take part only here, as handles handed on: whoever takes them apart waits them.
+
 Only functions of one file are paired (by the callee's last name, and containers by path: `self.` paths within
 one class, locals within one function).
 """
@@ -40,6 +46,11 @@ class PairFacts:
         field(default_factory=dict)
     # id(function facts) -> (container path, callee's last name) for `pairs.append(f(...))`
     appended: dict[int, list[tuple[str, str]]] = field(default_factory=dict)
+    # id(function facts) -> collectives launched with `async_op=<a variable>`: async when the caller says so, so
+    # only a tuple that hands their handle on pairs them (never checked where they are launched)
+    maybe: dict[int, list[AsyncWork]] = field(default_factory=dict)
+    # id(function facts) -> (class name, argument paths by position) of `Cls(handle, buf, ...)` constructions
+    built: dict[int, list[tuple[str, tuple[str, ...]]]] = field(default_factory=dict)
 
 
 def positions(node: ast.AST, path_of: Callable[[ast.AST], str | None]) -> tuple[str, ...] | None:
@@ -77,13 +88,19 @@ def synthesize(functions: list[FunctionFacts], pairs: PairFacts) -> None:
     (handle, tensor) position pair it binds."""
     by_call: dict[str, list[tuple[int, int, str]]] = {}
     by_container: dict[tuple[str, str], list[tuple[int, int, str]]] = {}
+    by_names: list[tuple[tuple[str, ...], tuple[int, int, str]]] = []  # for a parameter taken apart
     for fn in functions:
+        maybe = pairs.maybe.get(id(fn), [])
         for where, paths in pairs.out.get(id(fn), ()):
-            for pair in _pairs_in(fn, paths):
+            for pair in _pairs_in(fn, paths, maybe):
+                by_names.append((paths, pair))
                 if where:
                     by_container.setdefault(_key(fn, where), []).append(pair)
                 else:
                     by_call.setdefault(fn.name, []).append(pair)
+        for cls, paths in pairs.built.get(id(fn), ()):
+            for h, t, op in _pairs_in(fn, paths, maybe):
+                _into_constructor(functions, cls, h, t, op)
     if not by_call and not by_container:
         return
     for fn in functions:  # `pairs.append(self._reduce_scatter_gradient(p))`: the container holds the pairs
@@ -91,16 +108,28 @@ def synthesize(functions: list[FunctionFacts], pairs: PairFacts) -> None:
             by_container.setdefault(_key(fn, container), []).extend(by_call.get(callee, ()))
     for fn in functions:
         for (kind, name), paths, line, column, end_line, block, region in pairs.back.get(id(fn), ()):
-            found = by_call.get(name, ()) if kind == "call" else by_container.get(_key(fn, name), ())
+            if kind == "names":  # `(out, event, work, ...) = result`, a parameter: the launcher's own names
+                found = [pair for named, pair in by_names if max(pair[:2]) < len(paths) and
+                         all(named[k] == paths[k] for k in pair[:2])]
+            else:
+                found = by_call.get(name, ()) if kind == "call" else by_container.get(_key(fn, name), ())
             for h, t, op in dict.fromkeys(found):
                 if max(h, t) < len(paths) and paths[h] and paths[t] and paths[h] != paths[t]:
                     fn.async_works.append(_work(op, paths[h], paths[t], line, column, end_line, block, region))
 
 
-def _pairs_in(fn: FunctionFacts, paths: tuple[str, ...]) -> list[tuple[int, int, str]]:
+def _into_constructor(functions: list[FunctionFacts], cls: str, h: int, t: int, op: str) -> None:
+    """`Cls(handle, buf)`: Cls.__init__ of this file gets the pair as its parameters (it stores them on `self`)."""
+    for init in functions:
+        if init.name == "__init__" and init.cls and init.cls.rsplit(".", 1)[-1] == cls and len(init.params) > max(h, t) + 1:
+            handle, tensor = init.params[h + 1], init.params[t + 1]  # (after self)
+            init.async_works.append(_work(op, handle, tensor, init.line, 1, init.line, (0, 0), -1))
+
+
+def _pairs_in(fn: FunctionFacts, paths: tuple[str, ...], maybe: list[AsyncWork] = ()) -> list[tuple[int, int, str]]:
     """(handle position, tensor position, the collective) of an outgoing tuple of `fn`."""
     found = []
-    for work in fn.async_works:
+    for work in [*fn.async_works, *maybe]:
         if not work.handle:
             continue
         handles = {work.handle} | {u.arg for u in fn.uses if u.path == work.handle and u.how == "escape" and u.arg}

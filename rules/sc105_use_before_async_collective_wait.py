@@ -44,7 +44,10 @@ class UseBeforeAsyncCollectiveWait(Rule):
         holds (a parameter, what a parameter holds, a `self.` attribute) is in flight is reported at the launch.
         A handle and its buffer handed on as one tuple (returned, queued, stored) and taken apart in another
         function of the file (`handle, buf = self.launch(p)`, `works, bufs = self.pending.popleft()`, `for p,
-        (h, buf) in zip(params, pairs)`) are a launch there too (extract_pairs.py). A launch in a loop whose
+        (h, buf) in zip(params, pairs)`) are a launch there too (extract_pairs.py); so are the parameters
+        of a class's `__init__` the pair is handed to (`Handle(work, out)`), and a parameter taken apart into
+        the names a launcher of the file returned (`(out, work) = result` after `return Result(out, work)`),
+        for launches with `async_op=<a variable>` too (only there: where they run, the flag is unknown). A launch in a loop whose
         tensor the body makes afresh and whose handle it waits only in the next iteration is checked from the
         body's first line again: a touch there before the wait races with the previous iteration's collective.
 
@@ -493,11 +496,12 @@ def gather(out, shard, group):
                 watched.add(local)  # `gathered = bufs[i]`: the name holds the buffer too
                 learned[local] = use.line
                 continue
-            if use.how in ("rebind", "free") and use.path != tensor:
+            if use.how in ("rebind", "free"):
                 if (use.start_line or use.line) <= learned.get(use.path, -1) <= use.line:
-                    continue  # the binding that made it an alias
-                watched.discard(use.path)  # another tensor from here on
-                continue
+                    continue  # the binding that made it an alias (`out = out.view(n, -1)`: still the buffer)
+                if use.path != tensor:
+                    watched.discard(use.path)  # another tensor from here on
+                    continue
             if use.how in ("rebind", "escape", "free"):
                 return None
             if use.how not in TOUCHES or use.arg in MENTIONS:

@@ -324,3 +324,69 @@ def test_received_into_fields_of_the_objects_own_ops():
     assert _summary(findings) == [("SC105", "copy.py", line_of(racy, "reqs = dist.batch_isend_irecv"), "RAW")]
     assert "still writes `self.recv_ops.tensor`, which its caller holds" in findings[0].message
     assert findings_of({"copy.py": _variant(COPY_SERVICE, "req.wait()")}, {"SC105"}) == []
+
+
+# --- handed to a constructor, or returned in a result tuple taken apart by the same names: Megatron's fp32
+# --- reduce-scatter handle and FSDP2's AllGatherResult (both launched with `async_op=async_op`) ---------------
+HANDED_OVER = """
+import torch
+from typing import NamedTuple
+
+class _WorkHandle:
+    def __init__(self, all_to_all_handle, all_to_all_output_tensor, output_tensor, world_size):
+        self.all_to_all_handle = all_to_all_handle
+        self.all_to_all_output_tensor = all_to_all_output_tensor
+        self.output_tensor = output_tensor
+        self.world_size = world_size
+
+    def wait(self):
+        if self.all_to_all_handle is not None:
+            WAIT_A2A
+        summed = torch.sum(self.all_to_all_output_tensor.view((self.world_size, -1)), dim=0)
+        self.output_tensor.copy_(summed)
+
+def reduce_scatter_fp32(output_tensor, input_tensor, group, async_op: bool):
+    all_to_all_output_tensor = torch.empty_like(input_tensor)
+    all_to_all_handle = torch.distributed.all_to_all_single(
+        output=all_to_all_output_tensor, input=input_tensor, group=group, async_op=async_op)
+    handle = _WorkHandle(all_to_all_handle, all_to_all_output_tensor, output_tensor, group.size())
+    if async_op:
+        return handle
+    handle.wait()
+
+class AllGatherResult(NamedTuple):
+    all_gather_output: torch.Tensor
+    all_gather_event: object
+    all_gather_work: object
+
+def foreach_all_gather(all_gather_input, group, async_op: bool, all_gather_comm, stream):
+    all_gather_output = torch.empty(all_gather_input.numel() * group.size(), device="cuda")
+    all_gather_work = all_gather_comm(output_tensor=all_gather_output, input_tensor=all_gather_input,
+                                      group=group, async_op=async_op)
+    all_gather_event = stream.record_event()
+    return AllGatherResult(all_gather_output, all_gather_event, all_gather_work)
+
+def foreach_all_gather_copy_out(all_gather_result, out):
+    (all_gather_output, all_gather_event, all_gather_work) = all_gather_result
+    if all_gather_work is not None:
+        WAIT_AG
+    all_gather_output = all_gather_output.view(2, -1)
+    out.copy_(all_gather_output[0])
+"""
+
+
+def test_handles_handed_to_a_constructor_or_returned_in_a_result():
+    racy = textwrap.dedent(HANDED_OVER).replace("WAIT_A2A", "pass").replace("WAIT_AG", "pass")
+    findings = findings_of({"over.py": racy}, {"SC105"})
+    assert _summary(findings) == [
+        ("SC105", "over.py", line_of(racy, "summed = torch.sum(self.all_to_all_output_tensor"), "RAW"),
+        ("SC105", "over.py", line_of(racy, "out.copy_(all_gather_output[0])"), "RAW"),
+    ]
+    assert "`self.all_to_all_handle`, its handle, is not waited before" in findings[0].message
+    assert findings[1].message.startswith("`all_gather_output` is read while the async `all_gather_comm`")
+    fixed = textwrap.dedent(HANDED_OVER).replace("WAIT_A2A", "self.all_to_all_handle.wait()").replace(
+        "WAIT_AG", "all_gather_work.wait()")
+    assert findings_of({"over.py": fixed}, {"SC105"}) == []
+    # where it is launched, `async_op=async_op` is not known to be async: nothing there
+    assert not any(f.primary.line < line_of(racy, "class AllGatherResult") and f.symbol == "reduce_scatter_fp32"
+                   for f in findings)
