@@ -210,3 +210,27 @@ def test_record_stream_in_cpp_names_the_stream_as_a_recorded_user_of_the_block(m
     assert not watch.errors
     allocation = watch.detector.allocations.get(x.untyped_storage().data_ptr())
     assert allocation is not None and allocation.recorded == {"cuda:0/s5"}
+
+
+def test_a_collective_that_raises_reaches_the_program_and_instrumentation_stays_on(module, group, tmp_path):
+    """The group refuses the call inside the c10d op (an invalid root rank): the program sees the group's error, the
+    hook reports nothing of that collective and keeps deciding what comes after."""
+    module.set_cpu_as_device(True)
+    module.set_test_stream(1)
+    watch = Watch(tmp_path, rank=0, world_size=1, echo=False, backend="native")
+    watch.start()
+    try:
+        t = torch.ones(16)
+        options = dist.BroadcastOptions()
+        options.rootRank = 3
+        with pytest.raises(RuntimeError, match="invalid root rank: 3"):
+            dist.distributed_c10d._get_default_group().broadcast([t], options)
+        module.set_test_stream(2)
+        t.add_(1)  # stream 2 after stream 1's ones(): a race, so the hook still decides ops
+    finally:
+        module.set_test_stream(0)
+        module.set_cpu_as_device(False)
+        watch.stop()
+    assert not watch.errors
+    assert [(r.kind, r.earlier.actor, r.later.actor, r.earlier.op, r.later.op) for r in watch.detector.races] == [
+        ("WAW", "cuda:0/s1", "cuda:0/s2", "aten::ones", "aten::add_")]
