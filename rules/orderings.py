@@ -196,7 +196,8 @@ def waits_for(program: "Program", ordering: Ordering, stream: str) -> bool:
     target = ordering.target
     if target in (ANY_STREAM, UNKNOWN, stream) or target.startswith("param:") or stream == UNKNOWN:
         return True
-    if stream.startswith("param:") and target not in (CURRENT_STREAM, HOST) and not target.startswith(EVENT):
+    if stream.startswith("param:") and ordering.waiter != stream and target not in (CURRENT_STREAM, HOST, COMM) \
+            and not target.startswith((EVENT, WORK)):
         return True  # a stream handed in (`data_dist_stream`) may be the side stream another class names itself
     if target.startswith(EVENT):
         streams = recorded_streams(program, target[len(EVENT):])

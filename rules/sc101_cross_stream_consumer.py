@@ -294,6 +294,16 @@ class Offload:
     ]
 
     INVALID = [
+        # Awaiting the input dist on a stream handed in orders that stream after the all-to-all, not the current
+        # stream after that stream (a handle's wait is no wait for another stream).
+        """
+import torch
+
+def stage(request, dist_stream, module):
+    with torch.cuda.stream(dist_stream):
+        data = request.wait()  # expect: SC101
+    return module.compute(data)
+""",
         # The event travels in a container (TRL's forward stash) but was recorded on another stream.
         """
 import torch
