@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from .facts import NO_REGION, Sync
 from .hooks import hook_run_functions
-from .streams import CURRENT_STREAM, DEFAULT_STREAM, HOST, UNKNOWN, names_current, names_default, stream_id
+from .streams import CURRENT_STREAM, DEFAULT_STREAM, HOST, PARAM, UNKNOWN, names_current, names_default, stream_id
 
 if TYPE_CHECKING:
     from .callgraph import Function
@@ -188,15 +188,15 @@ def _launches(program: "Program") -> dict[str, frozenset[str]]:
 
 def reaches_all(waiter: str) -> bool:
     """A waiter after which every later launch follows: the host, or a stream the lint cannot name."""
-    return waiter in (HOST, UNKNOWN) or waiter.startswith("param:")
+    return waiter in (HOST, UNKNOWN) or waiter.startswith(PARAM)
 
 
 def waits_for(program: "Program", ordering: Ordering, stream: str) -> bool:
     """Whether `ordering`'s target covers earlier work of `stream`."""
     target = ordering.target
-    if target in (ANY_STREAM, UNKNOWN, stream) or target.startswith("param:") or stream == UNKNOWN:
+    if target in (ANY_STREAM, UNKNOWN, stream) or target.startswith(PARAM) or stream == UNKNOWN:
         return True
-    if stream.startswith("param:") and ordering.waiter != stream and target not in (CURRENT_STREAM, HOST, COMM) \
+    if stream.startswith(PARAM) and ordering.waiter != stream and target not in (CURRENT_STREAM, HOST, COMM) \
             and not target.startswith((EVENT, WORK)):
         return True  # a stream handed in (`data_dist_stream`) may be the side stream another class names itself
     if target.startswith(EVENT):
