@@ -118,11 +118,12 @@ class CallsAndAccesses(ast.NodeVisitor):
             return
         # ... and locals taken out of a container that another function filled (torchrec's
         # `data = self._context.module_input_post_prefetch.pop(name)`): read as that container (_access).
-        written = self.written_locals.get(id(self.fn), set()) | set(self.taken_from.get(id(self.fn), ()))
-        if not written:
+        written = self.written_locals.get(id(self.fn), ())
+        taken = self.taken_from.get(id(self.fn), ())
+        if not written and not taken:
             return
         for arg in list(node.args) + [k.value for k in node.keywords if k.arg]:
-            if isinstance(arg, ast.Name) and arg.id in written:
+            if isinstance(arg, ast.Name) and (arg.id in written or arg.id in taken):
                 self._access("read", arg, line, col, callee)
 
     def _argument(self, arg: ast.AST, line: int, col: int, op: str, collective: bool, written: Outputs | None,
