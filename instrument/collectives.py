@@ -10,10 +10,10 @@ The op returns a Work object. `Work.wait()` is a plain method, not an op: it is 
 dispatcher (a ScriptObject) is matched to the Python Work the program holds by unboxing it into the same pybind
 instance. That instance is held strongly only until the program has received it (the last few collectives), then
 weakly: a Work the program drops without waiting (DeepSpeed drops some) must die when the program lets it go,
-since it holds the collective's tensors and CUDA events; its clock is then forgotten. A collective called with `async_op=False` is ordered before the
-current stream at once (torch waits for it before returning). The group also keeps the collective's tensors from
-being reused while its stream may still use them, so each of their blocks gets the NCCL stream as a recorded
-stream (freeing an all-gather input right after the call is safe).
+since it holds the collective's tensors and CUDA events; its clock is then forgotten. A collective called with
+`async_op=False` is ordered before the current stream at once (torch waits for it before returning). The group
+also keeps the collective's tensors from being reused while its stream may still use them, so each of their blocks
+gets the NCCL stream as a recorded stream (freeing an all-gather input right after the call is safe).
 
 Waits done without `Work.wait()` in Python (the DDP reducer in C++, CUDA futures from `work.get_future()`, their
 `.then()` callbacks) block on CUDA events recorded on the group's internal stream inside the collective op; the

@@ -11,8 +11,8 @@ schema plans (op_table.py), computes the byte ranges and the current stream, and
   being captured), calls `NativeHooks.on_access` once per op that touched CUDA or pinned memory, with plain integers.
 Collectives and `record_stream` are decided in C++ too while the fast path runs (native_hook/collectives.h: Python
 names a new group's stream, and `Work.wait()` asks the hook for the work's key); otherwise they go to the same
-Python code as in the mode (`on_special`, with the op's arguments as Python objects). Instrumentation off (a closed step window) takes the hook off the thread and pauses torch's GPU
-trace (hook.cpp, set_active).
+Python code as in the mode (`on_special`, with the op's arguments as Python objects). Instrumentation off (a closed
+step window) takes the hook off the thread and pauses torch's GPU trace (hook.cpp, set_active).
 
 The extension is compiled on first use with torch's JIT builder (a C++ compiler and ninja; about a minute, cached in
 torch's extension directory, rebuilt when the source changes). Where it cannot be built, `load()` raises
@@ -68,7 +68,8 @@ def load() -> Any:
         # torch rebuilds when the listed source or the flags change: the digest of every file puts the headers in
         digest = hashlib.sha256(b"".join(p.read_bytes() for p in sorted(SOURCE_DIR.iterdir()))).hexdigest()[:16]
         # STREAMCHECK_NATIVE_CFLAGS: extra flags for a measuring build (-DSTREAMCHECK_STAGE_TIMES, stage_times.h)
-        flags = ["-O2", f"-DSTREAMCHECK_NATIVE_SOURCES=0x{digest}", *os.environ.get("STREAMCHECK_NATIVE_CFLAGS", "").split()]
+        flags = ["-O2", f"-DSTREAMCHECK_NATIVE_SOURCES=0x{digest}",
+                 *os.environ.get("STREAMCHECK_NATIVE_CFLAGS", "").split()]
 
         def build(extra: list[str]) -> Any:
             return load_extension("streamcheck_native_hook", [str(SOURCE_DIR / "hook.cpp")], extra_cflags=flags + extra,

@@ -1,7 +1,7 @@
 """Real stream-ordering fixes, before and after: the release before the fix is flagged at the fixed code, the
 release with the fix is not (issue 14). Only the cases the engine gets right are here; the cases it misses
-(DeepSpeed #8080, Megatron #7398, vLLM #47282) are written up for issue 14 with a
-reduced racy/fixed pair each and what the engine lacks (benchmarks/triage/real_fixes.md). (The hpZ fix, 0.13.4 -> 0.13.5, is in
+(DeepSpeed #8080, Megatron #7398, vLLM #47282) are written up for issue 14 with a reduced racy/fixed pair each and
+what the engine lacks (benchmarks/triage/real_fixes.md). (The hpZ fix, 0.13.4 -> 0.13.5, is in
 tests/rules/test_deepspeed_sc101.py.)
 
 The source distributions come from the package index (cached under .cache/sdists/); they are read as text only.
