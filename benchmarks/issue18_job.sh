@@ -5,6 +5,9 @@
 #   PART=final  bash benchmarks/issue18_job.sh   # the ZeRO-2 profile in rounds + window + cProfile, overhead.py (main),
 #                                                # then the tests part (MODE_FILTER on the mode); OVERHEAD=0, TESTS=0
 #   PART=stages bash benchmarks/issue18_job.sh   # the ZeRO-2 ratio, then the hook's stages on a stage-times build
+#   PART=paired bash benchmarks/issue18_job.sh   # the CPU tests of the hook on this Python (GPU hidden), then the
+#                                                # ZeRO-2 phases with the hook's switches (TUNED in native_profile.py)
+#                                                # in ROUNDS rotated rounds, then the same on a stage-times build
 # Needs .whl carried (../shared/tools/gpu-wheels .whl 0.13.4 0.19.8) and, for the timing part's "before", .before
 # carried: the package at cc16f13 (git archive cc16f13 streamcheck instrument rules examples/deepspeed_hpz/train.py
 # examples/deepspeed_hpz/shims.py benchmarks/overhead.py | tar -x -C .before). Each tree builds its native hook
@@ -67,6 +70,27 @@ if [ "${PART:-timing}" = stages ]; then
   STREAMCHECK_NATIVE_CFLAGS=-DSTREAMCHECK_STAGE_TIMES TORCH_EXTENSIONS_DIR=/tmp/ext-stages timeout "$(left 5)" \
     python3 -P benchmarks/native_profile.py --steps "${STEPS:-8}" --phases plain,passthrough,watch \
     > "$OUT/stages.log" 2>&1
+  echo "stages rc=$?"; grep -v "^\[plain\]\|^\[passthrough\] median" "$OUT/stages.log" | grep -v "Warning\|warn"
+fi
+if [ "${PART:-timing}" = paired ]; then
+  (STREAMCHECK_NATIVE_CFLAGS=-DSTREAMCHECK_STAGE_TIMES TORCH_EXTENSIONS_DIR=/tmp/ext-stages python3 -P -c \
+    'from streamcheck.instrument import native; native.load(); print("stage-times build ready")') \
+    > /tmp/stage-build.log 2>&1 &
+  log "tests/instrument/native on this machine's Python, the GPU hidden (as CI runs them)"
+  CUDA_VISIBLE_DEVICES= timeout "$(left 300)" python3 -P -m pytest -q -p no:cacheprovider tests/instrument/native \
+    -x > "$OUT/cpu-tests.log" 2>&1
+  echo "cpu tests rc=$?"; tail -3 "$OUT/cpu-tests.log"
+  python3 -P -c 'from streamcheck.instrument import native; m = native.load(); print("fast frames built:", m.fast_frames_built())'
+  wait; cat /tmp/stage-build.log
+  phases=${PHASES:-plain,passthrough,watch,watch_before,watch_slow_frames,watch_eager_frees}
+  log "native_profile.py $phases x ${ROUNDS:-12} rotated rounds (normal build)"
+  timeout "$(left 100)" python3 -P benchmarks/native_profile.py --steps "${STEPS:-8}" --rounds "${ROUNDS:-12}" \
+    --phases "$phases" --json "$OUT/paired.json" > "$OUT/paired.log" 2>&1
+  echo "paired rc=$?"; sed -n '/^setup/,$p' "$OUT/paired.log"
+  log "stage-times build: plain,passthrough,watch,watch_before x ${STAGE_ROUNDS:-2}"
+  STREAMCHECK_NATIVE_CFLAGS=-DSTREAMCHECK_STAGE_TIMES TORCH_EXTENSIONS_DIR=/tmp/ext-stages timeout "$(left 5)" \
+    python3 -P benchmarks/native_profile.py --steps "${STEPS:-8}" --rounds "${STAGE_ROUNDS:-2}" \
+    --phases plain,passthrough,watch,watch_before > "$OUT/stages.log" 2>&1
   echo "stages rc=$?"; grep -v "^\[plain\]\|^\[passthrough\] median" "$OUT/stages.log" | grep -v "Warning\|warn"
 fi
 if [ "${PART:-timing}" = final ]; then

@@ -14,8 +14,15 @@ one unmeasured step each:
 - window_closed: a watch with `steps=(10**6, 10**6 + 1)`: installed, never instrumenting;
 - window: `steps=(2, 4)` of the phase's steps (its findings are printed);
 - watch_mode: a full watch on the dispatch mode;
+- watch_slow_frames, watch_eager_frees, watch_before: a full native watch with one or both of the hook's newer
+  ways switched off (set_tuning: the frame walk of frame objects; frees inside an op taken under the GIL at once):
+  what each change saved, measured beside it in one process;
 - csan: PyTorch's CUDA sanitizer (torch.cuda._sanitizer), last: it cannot be switched off.
 Printed per phase: median step (ms), ratio to plain, and (for phases that count ops) µs per op over plain.
+With `--rounds R` the phases take turns R times, each round in a rotated order (so no phase always follows the
+same one); each phase's µs per op is then also given per round, against the plain steps of the same round: the
+median over the rounds and its spread (min, quartiles, max), which is what decides a difference of a fraction of
+a µs per op when step times drift by more than that between rounds.
 `--profile N` then runs N steps of a full native watch under cProfile and prints the top functions by own time.
 """
 
@@ -38,6 +45,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))  # the workloads; streamcheck itsel
 
 PHASES = ("plain", "passthrough", "hook_noop", "trace_callbacks", "watch_null_sink", "watch", "watch_py_detector",
           "window_closed", "window", "watch_mode", "csan")
+TUNED = {"watch_slow_frames": {"fast_frames": False}, "watch_eager_frees": {"lazy_frees": False},
+         "watch_before": {"fast_frames": False, "lazy_frees": False}}  # hook.cpp set_tuning: each switch off
 
 
 class NullSink:
@@ -110,10 +119,19 @@ class Phase:
 
             cuda_trace.install(Recorder(Detector()))
             self.undo.append(cuda_trace.uninstall)
-        elif name in ("watch_null_sink", "watch", "watch_py_detector", "window_closed", "window", "watch_mode"):
+        elif name in ("watch_null_sink", "watch", "watch_py_detector", "window_closed", "window", "watch_mode",
+                      *TUNED):
             import os
 
             import streamcheck
+
+            if name in TUNED:
+                from streamcheck.instrument import native
+
+                module = native.load()
+                for switch, on in TUNED[name].items():
+                    module.set_tuning(switch, on)
+                    self.undo.append(lambda switch=switch: module.set_tuning(switch, True))
 
             if name in ("watch_null_sink", "watch_py_detector"):
                 os.environ["STREAMCHECK_DETECTOR"] = "python"
@@ -165,7 +183,9 @@ def measure(name: str, loop, steps: int, results: dict) -> None:
     earlier = results.get(name, {}).get("step_ms", [])  # an earlier round of the same phase: one list of steps
     every = earlier + times
     ops = phase.ops / steps if phase.ops else results.get(name, {}).get("ops_per_step", 0)
-    results[name] = {"median_ms": statistics.median(every), "step_ms": every, "ops_per_step": ops, **extra}
+    rounds = results.get(name, {}).get("round_ms", []) + [statistics.median(times)]
+    results[name] = {"median_ms": statistics.median(every), "step_ms": every, "round_ms": rounds,
+                     "ops_per_step": ops, **extra}
     print(f"[{name}] median {statistics.median(times):.2f} ms; steps {' '.join(f'{t:.1f}' for t in times)}"
           + (f"; ops/step {phase.ops / steps:.0f}" if phase.ops else ""), flush=True)
 
@@ -177,6 +197,18 @@ def _stage_times():
     return module.stage_times() if module is not None and hasattr(module, "stage_times") else None
 
 
+def per_round(r: dict, results: dict, ops_per_step: float | None) -> str:
+    """µs per op over the plain steps of the same round: median of the rounds [min, q1, q3, max] (2+ rounds)."""
+    plain = results.get("plain", {}).get("round_ms", [])
+    mine = r.get("round_ms", [])
+    if not ops_per_step or len(plain) < 2 or len(mine) != len(plain) or r is results.get("plain"):
+        return ""
+    diffs = sorted((m - p) * 1000 / ops_per_step for m, p in zip(mine, plain))
+    q1, _, q3 = statistics.quantiles(diffs, n=4) if len(diffs) >= 4 else (diffs[0], 0, diffs[-1])
+    return (f"   per round {statistics.median(diffs):6.2f} [{diffs[0]:.2f}, {q1:.2f}, {q3:.2f}, {diffs[-1]:.2f}]"
+            f" x{len(diffs)}")
+
+
 def table(results: dict, args: argparse.Namespace) -> None:
     plain = results.get("plain", {}).get("median_ms")
     ops_per_step = results.get("passthrough", {}).get("ops_per_step")  # every op (hook_noop counts CUDA ops only)
@@ -184,7 +216,8 @@ def table(results: dict, args: argparse.Namespace) -> None:
           "one process, this order")
     if ops_per_step:
         print(f"ops per step (pass-through mode): {ops_per_step:.0f}")
-    print(f"{'phase':<18}{'median':>10}{'vs plain':>10}{'us/op over plain':>18}")
+    print(f"{'phase':<18}{'median':>10}{'vs plain':>10}{'us/op over plain':>18}"
+          + ("   per round: median [min, q1, q3, max] us/op over that round's plain" if args.rounds > 1 else ""))
     for name, r in results.items():
         if "median_ms" not in r and "raised" not in r:
             continue  # not a phase (the window run, the soak)
@@ -193,7 +226,7 @@ def table(results: dict, args: argparse.Namespace) -> None:
             continue
         ratio = f"{r['median_ms'] / plain:.2f}x" if plain else "-"
         per_op = f"{(r['median_ms'] - plain) * 1000 / ops_per_step:.2f}" if plain and ops_per_step else "-"
-        print(f"{name:<18}{r['median_ms']:>8.2f}ms{ratio:>10}{per_op:>18}")
+        print(f"{name:<18}{r['median_ms']:>8.2f}ms{ratio:>10}{per_op:>18}{per_round(r, results, ops_per_step)}")
         for finding in r.get("findings", []):
             print(f"    {finding}")
         if r.get("errors"):
@@ -299,10 +332,11 @@ def main() -> int:
     loop.run(2)
     results: dict = {}
     names = args.phases.split(",")
-    for _ in range(args.rounds):  # rounds: the phases take turns, so a slow stretch of the machine hits them all
-        for name in names:
-            if name != "csan":  # CSAN cannot be switched off: after everything else (below)
-                measure(name, loop, args.steps, results)
+    turns = [name for name in names if name != "csan"]  # CSAN cannot be switched off: after everything else
+    for round_ in range(args.rounds):  # rounds: the phases take turns, so a slow stretch of the machine hits them all
+        shift = round_ % len(turns) if turns else 0
+        for name in turns[shift:] + turns[:shift]:  # rotated: no phase always runs right after the same one
+            measure(name, loop, args.steps, results)
     table(results, args)
     if args.profile:
         import streamcheck

@@ -76,14 +76,19 @@ def load() -> Any:
                                   extra_include_paths=[str(SOURCE_DIR)], verbose=False)
 
         global memory_reports_in_cpp
-        try:
-            _module = build([])
-        except Exception:  # noqa: BLE001 - collectives.h needs c10d's headers (a torch may lack or change them)
+        # Each fallback gives up one more part that follows an interface outside our control: sites.h's walk of
+        # the interpreter's frames (CPython's internal frame header), collectives.h (c10d's headers), gpu_trace.h
+        # (torch's interpreter table). The next part then goes through Python (or frame objects) instead.
+        fallbacks = ["-DSTREAMCHECK_NO_FAST_FRAMES", "-DSTREAMCHECK_NO_CPP_COLLECTIVES",
+                     "-DSTREAMCHECK_NO_MEMORY_REPORTS"]
+        for given_up in range(len(fallbacks) + 1):
             try:
-                _module = build(["-DSTREAMCHECK_NO_CPP_COLLECTIVES"])  # collectives then go through Python
-            except Exception:  # noqa: BLE001 - gpu_trace.h follows torch's interpreter table, which may change
-                _module = build(["-DSTREAMCHECK_NO_CPP_COLLECTIVES", "-DSTREAMCHECK_NO_MEMORY_REPORTS"])
-                memory_reports_in_cpp = False  # the allocator's reports then go through Python too
+                _module = build(fallbacks[:given_up])
+                break
+            except Exception:  # noqa: BLE001
+                if given_up == len(fallbacks):
+                    raise
+        memory_reports_in_cpp = given_up < 3  # else the allocator's reports go through Python too
         from .op_table import roles_of_name
 
         _module.set_plan_source(roles_of_name)  # the one table of what each op touches (dispatch.py reads it too)

@@ -25,6 +25,12 @@
 namespace streamcheck_native {
 
 inline thread_local std::vector<std::pair<uint64_t, int64_t>> frees_in_op;  // (block, site) freed inside an op
+constexpr int64_t kSiteLater = -3;
+#ifdef STREAMCHECK_FAST_FRAMES
+constexpr bool kLazyFrees = true;  // top_frame() tells whether the op ran Python code meanwhile
+#else
+constexpr bool kLazyFrees = false;
+#endif  // a free queued inside an op: whether it can race, and its site, come after it
 
 // GIL held. A free reaches the detector; inside an op it waits for the op's own access (recorder.py: order).
 inline void free_now(uint64_t ptr, int64_t site) {
@@ -37,28 +43,62 @@ inline void free_now(uint64_t ptr, int64_t site) {
   d->free(thread, ptr, site);
 }
 
+// GIL held. The site a free is blamed on: the running code's, as the op's own (sites.h; -2: only Python can blame)
+inline int64_t site_of_free(FastPath& f) {
+  int64_t site = site_of_op();
+  if (site == -2 && f.capture_site != nullptr) site = py::reinterpret_borrow<py::object>(f.capture_site)().cast<int64_t>();
+  return site;
+}
+
+// GIL held, after the op ran and before its access reaches the detector: the sites of the frees queued while it ran
+// (kSiteLater), as on_free takes them at once. The detector has seen nothing of this thread since those frees, and
+// the Python frames are the op's own: the same answer, one frame walk for all of them. `op_site`: the op's site
+// when the hook took it already (kSiteLater: not taken).
+inline void resolve_frees_in_op(int64_t op_site = kSiteLater) {
+  if (frees_in_op.empty()) return;
+  FastPath& f = fast_path();
+  Detector* d = f.detector;
+  if (d == nullptr) return;  // free_now drops them
+  py::object keep = py::reinterpret_borrow<py::object>(f.owner);  // as in decide_in_cpp
+  int64_t site = op_site == -2 ? kSiteLater : op_site;  // -2: Python's capture, which site_of_free makes
+  for (auto& entry : frees_in_op) {
+    if (entry.second != kSiteLater) continue;
+    if (!d->free_can_race(entry.first)) {
+      entry.second = -1;
+      continue;
+    }
+    if (site == kSiteLater) site = site_of_free(f);
+    entry.second = site;
+  }
+}
+
 inline void flush_frees_in_op() {  // GIL held
   if (frees_in_op.empty()) return;
+  resolve_frees_in_op();
   std::vector<std::pair<uint64_t, int64_t>> frees;
   frees.swap(frees_in_op);
   for (const auto& entry : frees) free_now(entry.first, entry.second);
+  frees.clear();
+  if (frees_in_op.empty()) frees_in_op.swap(frees);  // the buffer back with its capacity: no allocation per op
 }
 
 inline void on_free(uint64_t ptr) {
   STAGE_SCOPE(kFree);
   fresh_blocks().take(ptr);
   if (!state().active.load(std::memory_order_relaxed)) return;
+  // No GIL: the hook takes the free after the op (resolve_frees_in_op), where the frames are the same; a free under
+  // Python code the op ran (a Python kernel) is blamed on that code, now, as below.
+  if (kLazyFrees && op_depth > 0 && tuning().lazy_frees && top_frame() == op_frame) {
+    frees_in_op.emplace_back(ptr, kSiteLater);
+    return;
+  }
   py::gil_scoped_acquire gil;
   FastPath& f = fast_path();
   Detector* d = f.detector;
   if (d == nullptr) return;
   py::object keep = py::reinterpret_borrow<py::object>(f.owner);  // as in decide_in_cpp
   // Most blocks were only used by their allocation stream: such a free races with nothing and needs no site.
-  int64_t site = -1;
-  if (d->free_can_race(ptr)) {
-    site = site_of_op();
-    if (site == -2 && f.capture_site != nullptr) site = py::reinterpret_borrow<py::object>(f.capture_site)().cast<int64_t>();
-  }
+  int64_t site = d->free_can_race(ptr) ? site_of_free(f) : -1;
   if (op_depth > 0) {
     frees_in_op.emplace_back(ptr, site);
     return;

@@ -66,7 +66,10 @@ bool returned_an_input(std::vector<Range>& reads, uintptr_t base) {
 }
 
 struct OpScope {  // marks "inside an op" for callbacks fired while it runs
-  OpScope() { ++op_depth; }
+  OpScope() {
+    ++op_depth;
+    op_frame = top_frame();
+  }
   ~OpScope() { --op_depth; }
 };
 
@@ -218,15 +221,21 @@ void hook(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::S
     py::gil_scoped_acquire gil;
     STAGE_ADD(kGil, gil_since);
     STAGE_START(site_since);
-    int64_t site = (acc.reads.empty() && acc.writes.empty() && acc.fresh.empty()) ? -1 : site_of_op();
+    bool accessed = !(acc.reads.empty() && acc.writes.empty() && acc.fresh.empty());
+    int64_t site = accessed ? site_of_op() : -1;
     STAGE_ADD(kSite, site_since);
+    resolve_frees_in_op(accessed ? site : kSiteLater);  // before the op's access, as if taken when they came
     {
       STAGE_SCOPE(kDecide);
-      if (!held && decide_in_cpp(*plan, acc, stream, site)) return;  // fast_path.h: no Python call for this op
+      if (!held && decide_in_cpp(*plan, acc, stream, site)) {  // fast_path.h: no Python call for this op
+        flush_frees_in_op();  // now, under this GIL (FreesAfterOp would take it again)
+        return;
+      }
     }
     STAGE_SCOPE(kPythonOp);
     py::reinterpret_borrow<py::object>(s.on_access)(
         plan->index, acc.device, stream, to_py(acc.reads), to_py(acc.writes), fresh_to_py(acc.fresh), site);
+    flush_frees_in_op();
   } catch (const py::error_already_set&) {
     throw;
   } catch (const std::exception& e) {
@@ -307,6 +316,19 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     s.internal_code.clear();
   }, "Capture sites in C++ into a sites.SiteTable: its _classify and intern_chain, and its depth (None: in Python)");
   m.def("sites_in_cpp", []() { return kSitesInCpp; });
+  m.def("fast_frames_built", []() {
+#ifdef STREAMCHECK_FAST_FRAMES
+    return true;
+#else
+    return false;
+#endif
+  }, "Whether sites.h walks the interpreter's frames (3.11, 3.12), not frame objects");
+  m.def("set_tuning", [](const std::string& name, bool on) {
+    Tuning& t = tuning();
+    if (name == "fast_frames") t.fast_frames = on;
+    else if (name == "lazy_frees") t.lazy_frees = on;
+    else throw std::invalid_argument("set_tuning: unknown switch " + name);
+  }, "Measurements: switch one of the hook's cheaper ways off (False) or on (state.h: Tuning)");
   m.def("stage_times", []() -> py::object {
 #ifdef STREAMCHECK_STAGE_TIMES
     py::dict out;
@@ -391,10 +413,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     else if (kind == "sync_event") (*trace)->trace_gpu_event_synchronization(cuda, a);
     else if (kind == "sync_stream") (*trace)->trace_gpu_stream_synchronization(cuda, a);
     else if (kind == "sync_device") (*trace)->trace_gpu_device_synchronization(cuda);
+    else if (kind == "alloc") (*trace)->trace_gpu_memory_allocation(cuda, a);
+    else if (kind == "free") (*trace)->trace_gpu_memory_deallocation(cuda, a);
     else throw std::invalid_argument("emit_gpu_trace: unknown report " + kind);
     return true;
   }, "Tests: report (kind, event or stream, stream) to the active GPU trace as torch's CUDA code does: record, wait, "
-     "destroy, create (a: event, b: stream), sync_event (a: event), sync_stream (a: stream), sync_device");
+     "destroy, create (a: event, b: stream), sync_event (a: event), sync_stream (a: stream), sync_device, "
+     "alloc and free (a: block), as the caching allocator does");
   m.def("set_collective_callbacks", &set_collective_callbacks,
         "Collectives and record_stream in C++ while the fast path runs (collectives.h): (comm_actor, alias_handle, "
         "handle_actor), or (None, None, None) to keep them in Python");

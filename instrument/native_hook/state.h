@@ -69,7 +69,20 @@ inline State& state() {
   return *s;
 }
 
+// Switches for the hook's cheaper ways, each on by default; off gives the way before it, for the side-by-side
+// measurement in one process (benchmarks/native_profile.py) and as a fallback. set_tuning (hook.cpp) sets them.
+struct Tuning {
+  bool fast_frames = true;   // sites.h: walk the interpreter's frames, not frame objects
+  bool lazy_frees = true;    // gpu_trace.h: a free inside an op is queued without the GIL, its site taken after
+};
+
+inline Tuning& tuning() {
+  static Tuning t;
+  return t;
+}
+
 inline thread_local int op_depth = 0;           // > 0 while this thread runs an op under the hook
+inline thread_local const void* op_frame = nullptr;  // the innermost Python frame when that op began (sites.h)
 inline thread_local bool callbacks_held = false;  // Python held back a callback fired inside the current op
 // > 0 while a collective or record_stream runs the Python way (hook.cpp run_special): the GPU trace's reports from
 // inside it go to Python, which ties them to the collective (collectives.py)
