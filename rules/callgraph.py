@@ -226,6 +226,7 @@ class CallGraph:
         return []
 
     def _resolve_class(self, file: FileFacts, text: str) -> list[tuple[str, str]]:
+        text = text.split("[", 1)[0]  # `class F(BaseForward[Ctx])`: a generic base is the base class
         if (file.path, text) in self._classes:
             return [(file.path, text)]
         head, _, tail = text.partition(".")

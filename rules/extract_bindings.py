@@ -34,6 +34,11 @@ class Bindings(ast.NodeVisitor):
                 and dotted(node.targets[0]).startswith("self.") and captures_current(ast.unparse(node.value)):
             # `self.s0 = torch.cuda.default_stream()`: a stream captured by value (streams._current_attribute)
             self.fn.stream_aliases.setdefault(dotted(node.targets[0]), []).append(ast.unparse(node.value))
+        elif self.detailed and len(node.targets) == 1 and dotted(node.targets[0]).count(".") == 1 \
+                and dotted(node.targets[0]).startswith("self.") and isinstance(node.value, ast.Name) \
+                and node.value.id in self.fn.params and "stream" in dotted(node.targets[0]).lower():
+            # `self._stream = stream` in `__init__`: a stream the constructor was given (streams.handed_in)
+            self.fn.stream_aliases.setdefault(dotted(node.targets[0]), []).append(node.value.id)
         if isinstance(node.value, (ast.Name, ast.Attribute)):
             for target in node.targets:
                 if isinstance(target, ast.Attribute):
@@ -78,6 +83,10 @@ class Bindings(ast.NodeVisitor):
                 self.awaited_containers.setdefault(id(self.fn), set()).add(container)
                 return
             if container and "." in container:
+                moved = _taken_out_of(value)
+                if moved and "." in moved and self.detailed:
+                    # `ctx.b[k] = ctx.a.pop(k)` (torchrec's prefetch moves contexts on): b holds what a held
+                    self.fn.taken.append((container, moved, target.lineno))
                 names = [e for e in elements(value) if isinstance(e, ast.Name)]
                 for name in names:  # `self.stash[i] = (t, event)`: kept if `event` is recorded here (extract.py)
                     self.fn.syncs.append(Sync("store", dotted(target.value), target.lineno, target.col_offset + 1,
@@ -89,9 +98,7 @@ class Bindings(ast.NodeVisitor):
                     replace(a, path=container, index="", fresh=False) for a in list(self.fn.accesses)
                     if a.kind == "write" and a.path in stored and a.region != NO_REGION)
             return
-        source = value.func.value if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and \
-            value.func.attr in ("pop", "get", "popleft") else value.value if isinstance(value, ast.Subscript) else None
-        container = access_path(source) if source is not None else None
+        container = _taken_out_of(value)
         if container and ("." in container or container in self.awaited_containers.get(id(self.fn), ())):
             for name in [t.id for t in elements(target) if isinstance(t, ast.Name)]:
                 if not any(word in name.lower() for word in NOT_TENSOR_WORDS):  # `device, buf = ...`: buf only
@@ -189,3 +196,11 @@ class Bindings(ast.NodeVisitor):
             if target is not None:
                 self.facts.attr_functions.append(AttrFunction(attr, target, line))
                 self._keep_line(line)
+
+
+def _taken_out_of(value: ast.AST) -> str | None:
+    """The container path an element is taken out of: `c.pop(k)`, `c.get(k)`, `c.popleft()`, `c[k]`."""
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) \
+            and value.func.attr in ("pop", "get", "popleft"):
+        return access_path(value.func.value)
+    return access_path(value.value) if isinstance(value, ast.Subscript) else None

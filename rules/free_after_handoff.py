@@ -22,6 +22,7 @@ from streamcheck.findings import ROLE_READ, ROLE_STREAM_CONTEXT, ROLE_WRITE, Fin
 from .facts import NO_REGION, Access
 from .orderings import orderings_of, waits_for
 from .program import CURRENT_STREAM, Function, Program
+from .aliasing import access_keys
 from .races import contexts, matching
 from .rule import location
 from .streams import HOST, UNKNOWN, as_code
@@ -32,6 +33,7 @@ def frees_after_handoff(program: Program, rule_id: str) -> Iterable[Finding]:
         recorded = {u.path for u in facts.uses
                     if u.how == "record_stream" and _may_be_current(program, function, u.arg)}
         recorded |= {container for local, container, _ in facts.taken if local in recorded}  # `kjt = waited[n]`
+        reported: set[tuple[int, int]] = set()
         for made in facts.accesses:
             if made.kind != "write" or not made.fresh or made.region == NO_REGION or "." in made.path \
                     or made.path in recorded or made.owner:
@@ -46,8 +48,11 @@ def frees_after_handoff(program: Program, rule_id: str) -> Iterable[Finding]:
             if use is None or not _current_waits_between(program, function, stream, region.end_line, use.line):
                 continue
             if not _waits_for_current_later(program, function, stream, use.line):
+                reported.add((use.line, use.column))
                 yield _finding(rule_id, function, made, region, use, local=_taken_as(function, made.path, use.line))
-        yield from _taken_from_containers(program, function, recorded, rule_id)
+        for finding in _taken_from_containers(program, function, recorded, rule_id):
+            if (finding.primary.line, finding.primary.column) not in reported:  # a local dict: reported above
+                yield finding
 
 
 def _taken_from_containers(program: Program, function: Function, recorded: set[str], rule_id: str
@@ -66,7 +71,9 @@ def _taken_from_containers(program: Program, function: Function, recorded: set[s
         reads = [a for a in facts.accesses if a.kind == "read" and a.path == container and a.region == NO_REGION
                  and a.line > line]
         use = min(reads, key=lambda a: (a.line, a.column), default=None)
-        if use is None or not _current_waits_between(program, function, ctx.stream, line, use.line):
+        # The hand-over wait may come before the take (`cur.wait_stream(dist); ctx = context.module_contexts[n]`):
+        # the element sat in the container since the other code filled it.
+        if use is None or not _current_waits_between(program, function, ctx.stream, facts.line, use.line):
             continue
         if not _waits_for_current_later(program, function, ctx.stream, use.line):
             region = ctx.region_fn.facts.regions[ctx.region]
@@ -79,15 +86,29 @@ def _taken_as(function: Function, container: str, line: int) -> str:
     return max(takes)[1] if takes else ""
 
 
-def _filled_on(program: Program, function: Function, container: str):
+def _filled_on(program: Program, function: Function, container: str, moved: bool = False):
     """(writer, write, context) of the writes into `container` (any function: the container's key) when they all
-    run on one side stream, inside a region; else None."""
+    run on one side stream, inside a region; else None. A container nothing writes but other code moves elements
+    into from another container (`ctx.b[k] = ctx.a.pop(k)`) holds what that one was filled with."""
     probe = Access("read", container, 0, 0, "")
+    if not moved:
+        keys = access_keys(program, function, probe)
+        sources = {(mover, source) for mover in program.functions.values()
+                   for into, source, _ in mover.facts.taken
+                   if "." in into and keys & access_keys(program, mover, Access("read", into, 0, 0, ""))}
+        if sources and not any(True for _ in matching(program, function, probe, "write")):
+            filled = [_filled_on(program, mover, source, moved=True) for mover, source in sorted(
+                sources, key=lambda pair: (pair[0].id, pair[1]))]
+            if None in filled or len({f[2].stream for f in filled}) > 1:
+                return None
+            return filled[0]
     found = None
     for writer, write in matching(program, function, probe, "write"):
         for ctx in contexts(program, writer, write):
-            if ctx.stream in (CURRENT_STREAM, UNKNOWN) or ctx.region_fn is None or ctx.chain:
+            if ctx.stream in (CURRENT_STREAM, UNKNOWN) or ctx.region_fn is None:
                 return None
+            if ctx.chain and program.only_side_stream(writer.id) != ctx.stream:
+                return None  # a helper also called elsewhere: which stream fills it depends on the caller
             if found is not None and found[2].stream != ctx.stream:
                 return None
             found = found or (writer, write, ctx)

@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING
 
 from .facts import NO_REGION, Sync
 from .hooks import hook_run_functions
-from .streams import CURRENT_STREAM, DEFAULT_STREAM, HOST, PARAM, UNKNOWN, names_current, names_default, stream_id
+from .streams import (CURRENT_STREAM, DEFAULT_STREAM, HOST, PARAM, UNKNOWN, handed_in, names_current, names_default,
+                      stream_id)
 
 if TYPE_CHECKING:
     from .callgraph import Function
@@ -196,8 +197,11 @@ def waits_for(program: "Program", ordering: Ordering, stream: str) -> bool:
     target = ordering.target
     if target in (ANY_STREAM, UNKNOWN, stream) or target.startswith(PARAM) or stream == UNKNOWN:
         return True
-    if stream.startswith(PARAM) and ordering.waiter != stream and target not in (CURRENT_STREAM, HOST, COMM) \
-            and not target.startswith((EVENT, WORK)):
+    if handed_in(program, target) and stream not in (CURRENT_STREAM, HOST, COMM) \
+            and not stream.startswith((EVENT, WORK)):
+        return True  # `current.wait_stream(self._stream)`, the stream the object was built with
+    if (stream.startswith(PARAM) or handed_in(program, stream)) and ordering.waiter != stream \
+            and target not in (CURRENT_STREAM, HOST, COMM) and not target.startswith((EVENT, WORK)):
         return True  # a stream handed in (`data_dist_stream`) may be the side stream another class names itself
     if target.startswith(EVENT):
         streams = recorded_streams(program, target[len(EVENT):])

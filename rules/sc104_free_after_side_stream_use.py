@@ -230,6 +230,41 @@ class Prefetcher:
     def start_next(self):
         self.side.wait_stream(torch.cuda.current_stream())
 """,
+        # A context made on the dist stream, moved on by the prefetch helper, recorded where it is taken.
+        """
+import torch
+from typing import Generic, TypeVar
+
+C = TypeVar("C")
+
+class BaseForward(Generic[C]):
+    def __init__(self, context, stream):
+        self._context = context
+        self._stream = stream  # the pipeline's dist stream, under this class's own name
+
+
+class PrefetchForward(BaseForward[dict]):
+    def __call__(self, name):
+        torch.cuda.current_stream().wait_stream(self._stream)
+        ctx = self._context.contexts_after_prefetch.pop(name)
+        ctx.record_stream(torch.cuda.current_stream())
+        return self._module.compute(ctx)
+
+
+class Pipeline:
+    def wait_dist(self):
+        with torch.cuda.stream(self._dist_stream):
+            self._context.module_contexts = self._context.next_contexts.copy()
+
+    def prefetch(self):
+        with torch.cuda.stream(self._prefetch_stream):
+            move(self._context)
+
+
+def move(context):  # only run on the prefetch stream: moves each context on
+    for name in list(context.module_contexts):
+        context.contexts_after_prefetch[name] = context.module_contexts.pop(name)
+""",
     ]
 
     INVALID = [
@@ -388,6 +423,40 @@ class Reducer:
     def move(self, param):
         self.flat.copy_(param.grad.view(-1))
         param.grad = None  # expect: SC104
+""",
+        # ... not recorded: the forward holds the dist stream as `self._stream` (torchrec's pipelined forwards).
+        """
+import torch
+from typing import Generic, TypeVar
+
+C = TypeVar("C")
+
+class BaseForward(Generic[C]):
+    def __init__(self, context, stream):
+        self._context = context
+        self._stream = stream  # the pipeline's dist stream, under this class's own name
+
+
+class PrefetchForward(BaseForward[dict]):
+    def __call__(self, name):
+        torch.cuda.current_stream().wait_stream(self._stream)
+        ctx = self._context.contexts_after_prefetch.pop(name)
+        return self._module.compute(ctx)  # expect: SC104
+
+
+class Pipeline:
+    def wait_dist(self):
+        with torch.cuda.stream(self._dist_stream):
+            self._context.module_contexts = self._context.next_contexts.copy()
+
+    def prefetch(self):
+        with torch.cuda.stream(self._prefetch_stream):
+            move(self._context)
+
+
+def move(context):  # only run on the prefetch stream: moves each context on
+    for name in list(context.module_contexts):
+        context.contexts_after_prefetch[name] = context.module_contexts.pop(name)
 """,
     ]
 

@@ -78,6 +78,23 @@ def stream_id(program: "Program", function: "Function", stream: "Region | str") 
     return text
 
 
+def handed_in(program: "Program", stream: str) -> bool:
+    """`self.<attr>@<owner>` that its class sets only from a method's parameter (`self._stream = stream` in
+    `__init__`): a stream the constructor was given, which the code that built the object names its own way
+    (torchrec's pipelined forwards hold the pipeline's `_data_dist_stream` as `_stream`)."""
+    if not stream.startswith("self.") or "@" not in stream:
+        return False
+
+    def build() -> bool:
+        text, owner = stream.split("@", 1)
+        path, _, cls = owner.partition("::")
+        bound = [(method, value) for method in program._by_class.get((path, cls), ())
+                 for value in method.facts.stream_aliases.get(text, ())]
+        return bool(bound) and all(value in method.facts.params for method, value in bound)
+
+    return program.memo(("streams.handed_in", stream), build)
+
+
 def _current_attribute(program: "Program", function: "Function", text: str) -> bool:
     """`self.<attr>` that is a property returning the current stream, or set only to `current_stream()` /
     `default_stream()` values by the class's methods."""
