@@ -93,9 +93,11 @@ def _filled_on(program: Program, function: Function, container: str, moved: bool
     probe = Access("read", container, 0, 0, "")
     if not moved:
         keys = access_keys(program, function, probe)
-        sources = {(mover, source) for mover in program.functions.values()
-                   for into, source, _ in mover.facts.taken
-                   if "." in into and keys & access_keys(program, mover, Access("read", into, 0, 0, ""))}
+        moves = program.memo("free_after_handoff.moves", lambda: [
+            (mover, into, source) for mover in program.functions.values()
+            for into, source, _ in mover.facts.taken if "." in into])
+        sources = {(mover, source) for mover, into, source in moves
+                   if keys & access_keys(program, mover, Access("read", into, 0, 0, ""))}
         if sources and not any(True for _ in matching(program, function, probe, "write")):
             filled = [_filled_on(program, mover, source, moved=True) for mover, source in sorted(
                 sources, key=lambda pair: (pair[0].id, pair[1]))]
