@@ -53,6 +53,7 @@ def frees_after_handoff(program: Program, rule_id: str) -> Iterable[Finding]:
         for finding in _taken_from_containers(program, function, recorded, rule_id):
             if (finding.primary.line, finding.primary.column) not in reported:  # a local dict: reported above
                 yield finding
+        yield from _passed_on_with_streams(program, function, rule_id)
 
 
 def _taken_from_containers(program: Program, function: Function, recorded: set[str], rule_id: str
@@ -78,6 +79,53 @@ def _taken_from_containers(program: Program, function: Function, recorded: set[s
         if not _waits_for_current_later(program, function, ctx.stream, use.line):
             region = ctx.region_fn.facts.regions[ctx.region]
             yield _finding(rule_id, function, write, region, use, local=local, maker=(writer, ctx.region_fn))
+
+
+def _passed_on_with_streams(program: Program, function: Function, rule_id: str) -> Iterable[Finding]:
+    """A tensor handed over from a side stream and passed on together with another stream
+    (`module.prefetch(ctx=ctx, forward_stream=forward_stream)`): the code it goes to may use it on that stream,
+    so it needs `record_stream` for that one too (torchrec records each context for the forward stream it hands on)."""
+    facts = function.facts
+    handed: dict[str, tuple[int, str]] = {}  # local -> (where it is handed over, the side stream it was made on)
+    for local, container, line in facts.taken:
+        filled = _filled_on(program, function, container)
+        if filled is not None:
+            handed[local] = (line, filled[2].stream)
+    for made in facts.accesses:
+        if made.kind == "write" and made.fresh and made.region != NO_REGION and "." not in made.path:
+            stream = program.stream_id(function, facts.regions[made.region])
+            if stream not in (CURRENT_STREAM, UNKNOWN):
+                handed.setdefault(made.path, (facts.regions[made.region].end_line, stream))
+    if not handed:
+        return
+    records = {(u.path, u.arg) for u in facts.uses if u.how == "record_stream"}
+    for call in facts.calls:
+        values = [arg.split("=", 1)[-1] for arg in call.args]
+        streams = [v for v in values if "stream" in v.lower() and v.isidentifier()
+                   and program.stream_id(function, v) not in (CURRENT_STREAM, UNKNOWN)]
+        for tensor in values if streams and call.region == NO_REGION else ():
+            start, side = handed.get(tensor, (facts.end_line, ""))
+            if call.line <= start or not _current_waits_between(program, function, side, facts.line, call.line):
+                continue
+            for stream in streams:
+                if program.stream_id(function, stream) != side and (tensor, stream) not in records:
+                    yield _passed_on(rule_id, function, call, tensor, side, stream)
+
+
+def _passed_on(rule_id: str, function: Function, call, tensor: str, side: str, stream: str) -> Finding:
+    code = as_code(side)
+    return Finding(
+        rule=rule_id,
+        message=(f"`{tensor}` is allocated on stream `{code}` and handed to `{call.callee}` with stream `{stream}`, "
+                 f"with no `{tensor}.record_stream({stream})`: if that code uses it on `{stream}`, once it is freed "
+                 f"the allocator may give its memory to `{code}`'s next allocation while `{stream}` still uses it"),
+        primary=location(function, call.line, call.column, ROLE_READ, f"passed on with `{stream}`"),
+        related=(),
+        fix=f"Call `{tensor}.record_stream({stream})` before the call at line {call.line}.",
+        kind="FREE",
+        symbol=function.facts.qualname,
+        extra={"path": tensor, "stream": stream, "allocated_on": code},
+    )
 
 
 def _taken_as(function: Function, container: str, line: int) -> str:

@@ -265,6 +265,20 @@ def move(context):  # only run on the prefetch stream: moves each context on
     for name in list(context.module_contexts):
         context.contexts_after_prefetch[name] = context.module_contexts.pop(name)
 """,
+        # Handed on with another stream and recorded for that one too (torchrec's prefetch).
+        """
+import torch
+
+def prefetch(context, modules, dist_stream, forward_stream):
+    for name, module in modules.items():
+        request = context.requests.pop(name)
+        with torch.cuda.stream(dist_stream):
+            data = request.wait()
+        torch.cuda.current_stream().wait_stream(dist_stream)
+        data.record_stream(torch.cuda.current_stream())
+        data.record_stream(forward_stream)
+        module.prefetch(data, forward_stream=forward_stream)
+""",
     ]
 
     INVALID = [
@@ -457,6 +471,19 @@ class Pipeline:
 def move(context):  # only run on the prefetch stream: moves each context on
     for name in list(context.module_contexts):
         context.contexts_after_prefetch[name] = context.module_contexts.pop(name)
+""",
+        # ... not recorded for the stream it is handed on with: that code may use it there.
+        """
+import torch
+
+def prefetch(context, modules, dist_stream, forward_stream):
+    for name, module in modules.items():
+        request = context.requests.pop(name)
+        with torch.cuda.stream(dist_stream):
+            data = request.wait()
+        torch.cuda.current_stream().wait_stream(dist_stream)
+        data.record_stream(torch.cuda.current_stream())
+        module.prefetch(data, forward_stream=forward_stream)  # expect: SC104
 """,
     ]
 
