@@ -629,6 +629,12 @@ class HazardCollector:
             # Released or held for a stream here: the function may run inside a caller's region (SC104).
             interesting.update(u.path for u in fn.uses if u.how in ("free", "record_stream")
                                or (u.how == "rebind" and u.arg == "None"))
+            # A fresh allocation returned: made on the caller's stream (fresh_block_on_side_stream.py).
+            returned = {u.path for u in fn.uses if u.how == "escape" and u.arg == RETURNED}
+            interesting.update(p.path for p in fn.placements if p.fresh and p.path in returned)
+            if fn.name == "__init__":  # `self.buf = buf`: what a constructor keeps (host_read_after_escape.py)
+                interesting.update(u.path for u in fn.uses if u.how == "escape" and u.arg.startswith("self.")
+                                   and u.path in fn.params)
             fn.uses = [u for u in fn.uses if u.path in interesting or u.how == "wait"]  # waits: for callers too
             fn.placements = [p for p in fn.placements if p.path in interesting or p.path.startswith("self.")]
             for line in [u.line for u in fn.uses] + [c.line for c in fn.async_copies] + [
