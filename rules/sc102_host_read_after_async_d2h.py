@@ -7,6 +7,7 @@ from typing import Iterable
 from streamcheck.findings import ROLE_READ, ROLE_WRITE, Finding
 
 from .hazard_flow import direction, host_blocked_between, uses_after
+from .host_read_after_escape import host_reads_after_escape
 from .program import Program
 from .rule import Rule, location
 
@@ -198,3 +199,4 @@ def losses(values):
                         extra={"path": copy.dst, "copy_line": copy.line},
                     )
                     break
+        yield from host_reads_after_escape(program, self.id)

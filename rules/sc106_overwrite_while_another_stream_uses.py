@@ -8,6 +8,8 @@ from streamcheck.findings import ROLE_READ, ROLE_WRITE, Finding
 
 from .collectives import reads_in_place
 from .extract import ALIAS
+from .fresh_block_on_side_stream import writes_into_fresh_blocks
+from .unwaited_side_stream_writes import writes_on_never_waiting_streams
 from .facts import NO_REGION, Access
 from .program import Function, Program
 from .races import Context, contexts, matching, same_anchor, unordered
@@ -151,6 +153,8 @@ def run(t, s1, s2):
                                 found.append((other_ctx, write_ctx, kind))
             if found:
                 yield _finding(program, writer, write, found)
+        yield from writes_into_fresh_blocks(program, self.id)
+        yield from writes_on_never_waiting_streams(program, self.id)
 
     @staticmethod
     def _races(program: Program, earlier: Context, later: Context, kind: str) -> bool:

@@ -22,7 +22,8 @@ LOADER = """
 
 
 def _found(source):
-    return [(f.rule, f.kind, f.primary.line, f.extra["path"], f.extra["producer"], f.extra["consumer"])
+    return [(f.rule, f.kind, f.primary.line, f.extra["path"], f.extra.get("producer", ""),
+             f.extra.get("consumer", ""))
             for f in findings_of({"m.py": source})]
 
 
@@ -31,6 +32,7 @@ def test_an_input_read_and_a_result_handed_out_on_a_side_stream_with_no_waits():
     line = line_of(racy, "self.static[stage].copy_")
     assert _found(racy) == [
         ("SC101", "RAW", line, "self.static", "device op", "outside"),  # read on the current stream after return
+        ("SC106", "WAR", line, "self.static", "", ""),  # the last call's result, maybe still read on the current one
         ("SC101", "RAW", line, "inputs", "outside", "device op"),  # made on the current stream by the caller
     ]
 

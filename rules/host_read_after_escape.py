@@ -1,0 +1,119 @@
+"""The host reads the destination of a non_blocking device-to-host copy in another function than the copy's,
+before anything waits for the copy (SC102 across a return or a constructor).
+
+SC102 follows the copied-into name inside the copying function and stops where it leaves (returned, handed to a
+constructor): the wait is then the receiver's job. This module follows it to the receiver:
+- **returned:** a function returns the destination with no host wait after the copy, and a caller reads the
+  call's result on the host in the same expression (`_cuda_to_cpu_safe(t).tolist()`, torchrec's helper whose
+  stream synchronize is what makes the list right);
+- **kept by a constructor:** the destination is handed to a class of the scan whose `__init__` stores the
+  parameter on `self` (`self._host_splits = host_splits`), and a method of that class reads the attribute on the
+  host (`.tolist()`, `.item()`, `.numpy()`) with no host wait before it in the method (DeepSpeed's
+  `_PendingSplitPlan.wait`, whose `self._ready_event.synchronize()` is the wait).
+A host wait (a stream, event or device synchronize, a blocking read of a device tensor, a call that always does
+one) between the copy and the escape in the copying function, or before the read in the reading method, orders it.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Iterator, NamedTuple
+
+from streamcheck.findings import ROLE_CALL, ROLE_READ, ROLE_WRITE, Finding
+
+from .facts import RETURNED, AsyncCopy, Call, Sync
+from .hazard_flow import direction, host_blocked_between
+from .program import Function, Program
+from .rule import location
+from .summaries import argument_for
+
+
+CALL_LINES = 8  # how far below a call's first line one of its arguments may sit
+
+
+class Escape(NamedTuple):
+    function: Function  # the copying function
+    copy: AsyncCopy
+    line: int  # where the destination leaves it (the return, the constructor call)
+
+
+def host_reads_after_escape(program: Program, rule_id: str) -> Iterable[Finding]:
+    for function in program.functions.values():
+        for copy in function.facts.async_copies:
+            if not copy.dst or copy.dst.startswith("(") or direction(program, function, copy) != "d2h":
+                continue
+            for escape_line, how in _escapes(function, copy):
+                if host_blocked_between(program, function, copy.line, escape_line, {copy.dst}):
+                    continue
+                escape = Escape(function, copy, escape_line)
+                if how == RETURNED:
+                    yield from _read_by_callers(program, rule_id, escape)
+                else:
+                    yield from _read_by_kept_attribute(program, rule_id, escape)
+
+
+def _escapes(function: Function, copy: AsyncCopy) -> Iterator[tuple[int, str]]:
+    """(line, RETURNED or "") of each place after the copy where its destination leaves the function: returned,
+    or handed to a call (a constructor, when the call resolves to one)."""
+    for use in function.facts.uses:
+        if use.path == copy.dst and use.how == "escape" and use.line > copy.end_line and use.arg in (RETURNED, ""):
+            yield use.line, use.arg
+
+
+def _read_by_callers(program: Program, rule_id: str, escape: Escape) -> Iterator[Finding]:
+    for caller, call in program.call_sites.get(escape.function.id, ()):
+        result = f"{call.callee}()"
+        for sync in caller.facts.syncs:
+            if sync.kind == "host_sync" and sync.line == call.line and sync.receiver == result:
+                yield _finding(program, rule_id, escape, caller, sync, caller, call,
+                               f"the result of `{call.callee}(...)`, returned while the copy may still run")
+
+
+def _read_by_kept_attribute(program: Program, rule_id: str, escape: Escape) -> Iterator[Finding]:
+    for call, edges in program.exact_edges_of(escape.function.id):
+        if not 0 <= escape.line - call.line <= CALL_LINES:
+            continue  # the argument sits on the call's lines (a call spread over several lines starts above it)
+        for edge in edges:
+            init = program.functions[edge.callee]
+            if init.facts.name != "__init__":
+                continue
+            for attribute in _kept_as(init, call, escape.copy.dst):
+                for method in program.functions_of_class(init):
+                    for sync in method.facts.syncs:
+                        if sync.kind != "host_sync" or not _reads(sync.receiver, attribute):
+                            continue
+                        if host_blocked_between(program, method, method.facts.line, sync.line, {attribute}):
+                            continue
+                        yield _finding(program, rule_id, escape, method, sync, escape.function, call,
+                                       f"`{attribute}`, which `{init.facts.qualname}` keeps from the copy's "
+                                       f"destination")
+
+
+def _kept_as(init: Function, call: Call, argument: str) -> list[str]:
+    """The `self.` attributes `__init__` stores the parameter bound to `argument` at `call` in."""
+    params = [p for p in init.facts.params if argument_for(init, call, p) == argument]
+    return [u.arg for u in init.facts.uses if u.how == "escape" and u.path in params and u.arg.startswith("self.")]
+
+
+def _reads(receiver: str, path: str) -> bool:
+    return receiver == path or receiver.startswith((path + ".", path + "["))
+
+
+def _finding(program: Program, rule_id: str, escape: Escape, reader: Function, read: Sync, caller: Function,
+             call: Call, what: str) -> Finding:
+    copy = escape.copy
+    return Finding(
+        rule=rule_id,
+        message=(f"{what}, is read by `.{read.method}()` on the host in `{reader.facts.qualname}` while the "
+                 f"non_blocking device-to-host copy into `{copy.dst}` (in `{escape.function.facts.qualname}`, "
+                 f"line {copy.line}) may still be running: nothing waits for the copy in between"),
+        primary=location(reader, read.line, read.column, ROLE_READ, f"host read in {reader.facts.qualname}"),
+        related=(location(escape.function, copy.line, copy.column, ROLE_WRITE,
+                          f"non_blocking {copy.op} into `{copy.dst}`"),
+                 location(caller, call.line, call.column, ROLE_CALL, f"calls `{call.callee}`")),
+        fix=(f"Wait for the copy before the host reads it: record an event after the copy and call "
+             f"`event.synchronize()` before line {read.line} of {reader.file.path} (or synchronize the copying "
+             f"stream in `{escape.function.facts.qualname}` before the destination leaves it)."),
+        kind="HOST",
+        symbol=reader.facts.qualname,
+        extra={"path": copy.dst, "copy_line": copy.line},
+    )

@@ -1,0 +1,213 @@
+"""The HOST and WAR shapes of issue 14's session-5 pools, reduced from the real code each was built for.
+
+Each racy source is the real function less its ordering; its twin with the ordering gives no finding. Exact
+outcomes: (rule, path, line, kind), and the related locations that say where the copy or allocation was."""
+
+from __future__ import annotations
+
+import textwrap
+
+from static_helpers import findings_of, line_of
+
+
+def _variant(source: str, ordering: str) -> str:
+    return textwrap.dedent(source).replace("ORDERING", ordering)
+
+
+def _summary(findings):
+    return [(f.rule, f.primary.path, f.primary.line, f.kind) for f in findings]
+
+
+def _related(finding):
+    return [(loc.role, loc.line) for loc in finding.related]
+
+
+# --- SC102 across a return: torchrec's _cuda_to_cpu_safe / _safe_tolist ---------------------------------------
+RETURNED = """
+import torch
+
+def _cuda_to_cpu_safe(tensor):
+    src = tensor.contiguous()
+    cpu_buf = torch.empty(src.shape, dtype=src.dtype, device="cpu")
+    cpu_buf.copy_(src, non_blocking=True)
+    ORDERING
+    return cpu_buf
+
+def _safe_tolist(tensor):
+    if not tensor.is_cuda:
+        return tensor.tolist()
+    return _cuda_to_cpu_safe(tensor).tolist()
+"""
+
+
+def test_a_returned_copy_read_on_the_host_by_the_caller():
+    racy = _variant(RETURNED, "pass")
+    findings = findings_of({"jagged.py": racy}, {"SC102"})
+    assert _summary(findings) == [("SC102", "jagged.py", line_of(racy, "return _cuda_to_cpu_safe"), "HOST")]
+    assert _related(findings[0]) == [("write", line_of(racy, "cpu_buf.copy_")),
+                                     ("call", line_of(racy, "return _cuda_to_cpu_safe"))]
+    assert "the result of `_cuda_to_cpu_safe(...)`" in findings[0].message
+    assert "`.tolist()`" in findings[0].message
+
+
+def test_a_returned_copy_synchronized_before_the_return_is_clean():
+    fixed = _variant(RETURNED, "torch.cuda.current_stream(src.device).synchronize()")
+    assert findings_of({"jagged.py": fixed}, {"SC102"}) == []
+
+
+# --- SC102 through a constructor: DeepSpeed's _PendingSplitPlan -------------------------------------------------
+KEPT = """
+import torch
+
+class _PendingSplitPlan:
+    def __init__(self, host_splits, ready_event):
+        self._host_splits = host_splits
+        self._ready_event = ready_event
+        self._plan = None
+
+    def wait(self):
+        if self._plan is None:
+            ORDERING
+            input_splits, output_splits = self._host_splits.tolist()
+            self._plan = (input_splits, output_splits)
+        return self._plan
+
+def start_split_plan(device_splits, host_splits, ready_event, copy_stream):
+    copy_stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(copy_stream):
+        host_splits.copy_(device_splits, non_blocking=True)
+        ready_event.record(copy_stream)
+    return _PendingSplitPlan(
+        host_splits=host_splits,
+        ready_event=ready_event,
+    )
+"""
+
+
+def test_a_kept_copy_read_on_the_host_by_a_method_before_the_event_wait():
+    racy = _variant(KEPT, "pass")
+    findings = findings_of({"auto_ep.py": racy}, {"SC102"})
+    assert _summary(findings) == [("SC102", "auto_ep.py", line_of(racy, "self._host_splits.tolist()"), "HOST")]
+    assert _related(findings[0]) == [("write", line_of(racy, "host_splits.copy_")),
+                                     ("call", line_of(racy, "return _PendingSplitPlan("))]
+    assert "`self._host_splits`, which `_PendingSplitPlan.__init__` keeps" in findings[0].message
+
+
+def test_a_kept_copy_read_after_the_event_synchronize_is_clean():
+    fixed = _variant(KEPT, "self._ready_event.synchronize()")
+    assert findings_of({"auto_ep.py": fixed}, {"SC102"}) == []
+
+
+# --- SC106: a side stream fills a block the current stream just allocated ---------------------------------------
+HELPER = """
+import torch
+
+copy_stream = torch.cuda.Stream()
+
+def _alloc_reload_buffer(like_tensor, compute_stream):
+    buf = torch.empty_like(like_tensor, device="cuda")
+    ORDERING
+    return buf
+
+def move_back_key(state, key):
+    buf = _alloc_reload_buffer(state["offloaded"], torch.cuda.current_stream())
+    with torch.cuda.stream(copy_stream):
+        buf.copy_(state["offloaded"], non_blocking=True)
+    buf.record_stream(copy_stream)
+    state[key] = buf
+"""
+
+
+def test_a_helper_allocation_filled_on_a_side_stream_without_a_wait():
+    racy = _variant(HELPER, "pass")
+    findings = findings_of({"offload.py": racy}, {"SC106"})
+    assert _summary(findings) == [("SC106", "offload.py", line_of(racy, "buf.copy_("), "WAR")]
+    assert _related(findings[0]) == [("write", line_of(racy, "buf = _alloc_reload_buffer(")),
+                                     ("stream context", line_of(racy, "with torch.cuda.stream(copy_stream)"))]
+    assert "returned by `_alloc_reload_buffer`, which allocates it on the current stream" in findings[0].message
+
+
+def test_a_helper_allocation_whose_helper_makes_the_side_stream_wait_is_clean():
+    fixed = _variant(HELPER, "copy_stream.wait_stream(compute_stream)")
+    assert findings_of({"offload.py": fixed}, {"SC106"}) == []
+
+
+# torchrec's EvalPipelineCPUSparse: the wait inside the region waits for the region's own stream.
+INSIDE = """
+import torch
+
+class Pipeline:
+    def __init__(self, device):
+        self._device = device
+        self._memcpy_stream = torch.cuda.Stream()
+
+    def copy(self, embeddings):
+        gpu_values = torch.empty_like(embeddings, device=self._device)
+        ORDERING
+        with torch.cuda.stream(self._memcpy_stream):
+            SELF_WAIT
+            gpu_values.copy_(embeddings, non_blocking=True)
+        return gpu_values
+"""
+
+
+def test_a_wait_inside_the_region_waits_for_nothing():
+    racy = textwrap.dedent(INSIDE).replace("ORDERING", "pass").replace(
+        "SELF_WAIT", "self._memcpy_stream.wait_stream(torch.cuda.current_stream())")
+    findings = findings_of({"pipeline.py": racy}, {"SC106"})
+    assert _summary(findings) == [("SC106", "pipeline.py", line_of(racy, "gpu_values.copy_("), "WAR")]
+    assert _related(findings[0]) == [("write", line_of(racy, "gpu_values = torch.empty_like(")),
+                                     ("stream context", line_of(racy, "with torch.cuda.stream("))]
+    assert (f"the `wait_stream` at line {line_of(racy, 'wait_stream(torch.cuda.current_stream())')} runs inside "
+            f"the region") in findings[0].message
+
+
+def test_a_wait_taken_before_the_region_orders_the_fill():
+    fixed = textwrap.dedent(INSIDE).replace(
+        "ORDERING", "self._memcpy_stream.wait_stream(torch.cuda.current_stream())").replace("SELF_WAIT", "pass")
+    assert findings_of({"pipeline.py": fixed}, {"SC106"}) == []
+
+
+def test_a_wait_in_only_one_of_two_callers_leaves_the_other_call_unordered():
+    source = textwrap.dedent("""
+        import torch
+
+        class Pipeline:
+            def __init__(self):
+                self._memcpy_stream = torch.cuda.Stream()
+
+            def _fill(self, embeddings):
+                gpu_values = torch.empty_like(embeddings, device="cuda")
+                with torch.cuda.stream(self._memcpy_stream):
+                    gpu_values.copy_(embeddings, non_blocking=True)
+                return gpu_values
+
+            def progress(self, embeddings):
+                self._memcpy_stream.wait_stream(torch.cuda.current_stream())
+                return self._fill(embeddings)
+
+            def fill_pipeline(self, embeddings):
+                return self._fill(embeddings)
+    """)
+    findings = findings_of({"pipeline.py": source}, {"SC106"})
+    assert _summary(findings) == [("SC106", "pipeline.py", line_of(source, "gpu_values.copy_("), "WAR")]
+    waited = source.replace("    def fill_pipeline(self, embeddings):\n",
+                            "    def fill_pipeline(self, embeddings):\n"
+                            "        self._memcpy_stream.wait_stream(torch.cuda.current_stream())\n")
+    assert waited != source
+    assert findings_of({"pipeline.py": waited}, {"SC106"}) == []
+
+
+def test_an_allocation_inside_the_region_or_on_the_host_is_no_foreign_block():
+    source = textwrap.dedent("""
+        import torch
+
+        def stage(batch, side):
+            host = torch.empty_like(batch, device="cpu")
+            with torch.cuda.stream(side):
+                made_here = torch.empty_like(batch, device="cuda")
+                made_here.copy_(batch, non_blocking=True)
+                host.copy_(batch, non_blocking=True)
+            return made_here, host
+    """)
+    assert findings_of({"stage.py": source}, {"SC106"}) == []
