@@ -26,12 +26,15 @@ class Bindings(ast.NodeVisitor):
         if self.detailed and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             values = [node.value.body, node.value.orelse] if isinstance(node.value, ast.IfExp) else [node.value]
             for value in values:
-                text = ast.unparse(value)
                 named_stream = "stream" in node.targets[0].id.lower() and isinstance(value, (ast.Name, ast.Attribute))
+                if not named_stream and not self._may_say_stream(value):
+                    continue  # its text would not say "stream" (the unparse below is the costly part)
+                text = ast.unparse(value)
                 if ("stream" in text.lower() or named_stream) and len(text) < 200:  # `stream = self.s1 if ...`
                     self.fn.stream_aliases.setdefault(node.targets[0].id, []).append(text)
         elif self.detailed and len(node.targets) == 1 and dotted(node.targets[0]).count(".") == 1 \
-                and dotted(node.targets[0]).startswith("self.") and captures_current(ast.unparse(node.value)):
+                and dotted(node.targets[0]).startswith("self.") and self._may_say_stream(node.value) \
+                and captures_current(ast.unparse(node.value)):
             # `self.s0 = torch.cuda.default_stream()`: a stream captured by value (streams._current_attribute)
             self.fn.stream_aliases.setdefault(dotted(node.targets[0]), []).append(ast.unparse(node.value))
         elif self.detailed and len(node.targets) == 1 and dotted(node.targets[0]).count(".") == 1 \

@@ -33,7 +33,7 @@ class CallsAndAccesses(ast.NodeVisitor):
     def visit_Call(self, node: ast.Call) -> None:
         callee = dotted(node.func)
         func_args = tuple(
-            dotted(a) for a in node.args if isinstance(a, (ast.Name, ast.Attribute)) and dotted(a) != "?")
+            text for a in node.args if isinstance(a, (ast.Name, ast.Attribute)) and (text := dotted(a)) != "?")
         args = tuple(arg_text(a) for a in node.args) + tuple(
             f"{k.arg}={arg_text(k.value)}" for k in node.keywords if k.arg)
         if not any(a.partition("=")[2] if "=" in a else a for a in args):
