@@ -115,21 +115,28 @@ def _failure_dict(exc: BaseException) -> dict:
 
 # Below this many files a process pool costs more than it saves.
 _MIN_FILES_FOR_POOL = 8
-# Each worker gets its files in about this many batches: fewer batches cost fewer round trips, more batches keep
-# the workers busy until the end.
-_BATCHES_PER_WORKER = 12
+# A worker's next batch is about this fraction of the work not yet handed out, per job: big batches first (fewer
+# round trips), small ones at the end (no worker left with much to do while the others are done).
+_SHARE_PER_JOB = 4
+# Batches handed to each worker ahead: one running and one waiting, so a worker never waits for the scan process
+# to notice a finished batch (it reads results between files of its own).
+_BATCHES_AHEAD = 2
 
 
 def extract_all(to_extract, backend, cache, jobs, progress):
     """Yield (file, source, outcome) for every file to extract, in parallel when it pays; in parallel, in the order
-    the outcomes come back (the caller puts the facts back in file order)."""
+    the outcomes come back (the caller puts the facts back in file order).
+
+    With N jobs, N - 1 worker processes and this process extract: the facts this process makes are never pickled
+    (vLLM 0.33.0's facts are 54 MB: 1.1 s to pickle in the workers, 2.2 s to unpickle here), and the process that
+    would only wait for results keeps its core busy instead."""
     if not to_extract:
         return
     jobs = jobs if jobs and jobs > 0 else default_jobs()
     work = [(file.display, source.text, key) for file, source, key in to_extract]
     total = len(work)
+    _init_worker(backend, cache)
     if jobs == 1 or total < _MIN_FILES_FOR_POOL:
-        _init_worker(backend, cache)
         for index, (item, job) in enumerate(zip(to_extract, work), 1):
             yield item[0], item[1], _extract_one(job)
             if progress:
@@ -142,40 +149,67 @@ def extract_all(to_extract, backend, cache, jobs, progress):
     # fork: workers inherit the already-imported rules instead of importing them again.
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
     context = multiprocessing.get_context(method)
-    workers = min(jobs, total)
+    workers = min(jobs, total) - 1
+    split = WorkSplit([len(job[1]) for job in work], workers + 1)
+    done_count = 0
     with ProcessPoolExecutor(workers, mp_context=context, initializer=_init_pool_worker,
                              initargs=(backend, cache, os.getpid())) as pool:
-        pending = {pool.submit(_extract_batch, [work[i] for i in batch]): batch
-                   for batch in batches([len(job[1]) for job in work], workers * _BATCHES_PER_WORKER)}
-        done_count = 0
-        while pending:
-            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for future in finished:
+        pending: dict = {}
+        while True:
+            for future in [future for future in pending if future.done()]:
                 for i, outcome in zip(pending.pop(future), future.result()):
                     done_count += 1
                     yield to_extract[i][0], to_extract[i][1], outcome
                     if progress:
                         progress(done_count, total)
+            while len(pending) < _BATCHES_AHEAD * workers and (batch := split.batch()):
+                pending[pool.submit(_extract_batch, [work[i] for i in batch])] = batch
+            i = split.single()
+            if i is not None:
+                done_count += 1
+                yield to_extract[i][0], to_extract[i][1], _extract_one(work[i])
+                if progress:
+                    progress(done_count, total)
+            elif pending:
+                wait(pending, return_when=FIRST_COMPLETED)
+            else:
+                return
 
 
-def batches(sizes: list[int], count: int) -> list[list[int]]:
-    """Indexes of `sizes` in about `count` batches of about equal total size, the largest files first: the
-    extraction's time grows with a file's size, and a big file started last would keep one worker busy while the
-    others wait (DeepSpeed 0.19.8's largest file is 1 % of its source)."""
-    order = sorted(range(len(sizes)), key=lambda i: -sizes[i])
-    target = max(1, sum(sizes) // max(1, count))
-    found: list[list[int]] = []
-    current: list[int] = []
-    filled = 0
-    for i in order:
-        current.append(i)
-        filled += sizes[i]
-        if filled >= target:
-            found.append(current)
-            current, filled = [], 0
-    if current:
-        found.append(current)
-    return found
+class WorkSplit:
+    """Files by size, biggest first: the workers take batches from the front, the scan process single files from
+    the back (the smallest), until the two meet. The extraction's time grows with a file's size; a worker's batch
+    is a share of what is left (`_SHARE_PER_JOB`), so the last batches are small and nobody waits long at the
+    end (DeepSpeed 0.19.8's largest file is 1 % of its source, vLLM 0.33.0's 0.6 %)."""
+
+    def __init__(self, sizes: list[int], jobs: int) -> None:
+        self.sizes = sizes
+        self.order = sorted(range(len(sizes)), key=lambda i: -sizes[i])
+        self.front, self.back = 0, len(sizes)
+        self.left = sum(sizes)
+        self.share = max(1, jobs * _SHARE_PER_JOB)
+
+    def batch(self) -> list[int]:
+        """The next worker batch (indexes of `sizes`); [] when every file is handed out."""
+        target = max(1, self.left // self.share)
+        found: list[int] = []
+        filled = 0
+        while self.front < self.back and filled < target:
+            i = self.order[self.front]
+            found.append(i)
+            filled += self.sizes[i]
+            self.front += 1
+        self.left -= filled
+        return found
+
+    def single(self) -> int | None:
+        """The smallest file not handed out yet, for the scan process; None when every file is handed out."""
+        if self.front >= self.back:
+            return None
+        self.back -= 1
+        i = self.order[self.back]
+        self.left -= self.sizes[i]
+        return i
 
 
 def _extract_batch(jobs: list[tuple[str, str, str | None]]) -> list[dict]:

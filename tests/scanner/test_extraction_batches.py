@@ -1,5 +1,6 @@
-"""The parallel extraction hands out the biggest files first, in batches of about equal size, and the rules still
-get every file's facts in file order (cold, with -j, and with part of the tree from the cache)."""
+"""The parallel extraction hands the workers the biggest files first, in batches that shrink as the work runs out,
+while the scan process takes the smallest files one by one; the rules still get every file's facts in file order
+(cold, with -j, and with part of the tree from the cache)."""
 
 from __future__ import annotations
 
@@ -7,17 +8,35 @@ from pathlib import Path
 
 from streamcheck.scanner.config import ScanConfig
 from streamcheck.scanner.driver import scan
-from streamcheck.scanner.extraction import batches
+from streamcheck.scanner.extraction import WorkSplit
 
 from . import fake_rules
 from .helpers import write_tree
 
 
-def test_batches_put_the_biggest_files_first_and_fill_each_batch_to_its_share():
-    assert batches([5, 1, 9, 3], 2) == [[2], [0, 3, 1]]
-    assert batches([4, 4, 4, 4], 4) == [[0], [1], [2], [3]]
-    assert batches([1, 1, 1], 10) == [[0], [1], [2]]  # never an empty batch, never a file left out
-    assert batches([], 3) == []
+def test_workers_take_the_biggest_files_in_shrinking_batches_and_the_scan_process_the_smallest_one_by_one():
+    sizes = [5, 1, 9, 3, 7, 2, 8, 4]  # 39 in all; 2 jobs: each batch is an eighth of what is left
+    split = WorkSplit(sizes, 2)
+    assert split.batch() == [2]  # 9: the biggest, and 39 // 8 = 4 is reached by it alone
+    assert split.single() == 1  # 1: the smallest
+    assert split.batch() == [6]  # 8
+    assert split.single() == 5  # 2
+    assert split.batch() == [4]  # 7
+    assert (split.single(), split.single()) == (3, 7)  # 3 and 4
+    assert split.batch() == [0]  # 5: the last file, handed out once
+    assert (split.batch(), split.single()) == ([], None)
+
+
+def test_a_batch_is_filled_to_its_share_and_every_file_is_handed_out_once():
+    split = WorkSplit([1] * 64, 2)  # 64 equal files: shares of 8, 7, 6, ... of what is left
+    batches = [split.batch() for _ in range(3)]
+    assert [len(b) for b in batches] == [8, 7, 6]
+    singles = []
+    while (i := split.single()) is not None:
+        singles.append(i)
+    assert sorted(singles + [i for b in batches for i in b]) == list(range(64))
+    assert split.batch() == []
+    assert (WorkSplit([], 3).batch(), WorkSplit([], 3).single()) == ([], None)
 
 
 def _recording_backend(orders: list[list[str]]):

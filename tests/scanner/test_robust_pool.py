@@ -31,8 +31,9 @@ DRIVER = textwrap.dedent("""
 
     backend = fake_rules.backend()
     backend.extract = slow_extract
+    # 3 jobs: two worker processes and the scan process itself (extraction.py)
     driver.scan([sys.argv[1]], ScanConfig(root=__import__("pathlib").Path(sys.argv[1])), backend=backend,
-                  jobs=2, use_cache=False)
+                  jobs=3, use_cache=False)
 """)
 
 
