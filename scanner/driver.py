@@ -26,6 +26,8 @@ from streamcheck.scanner.extraction import default_jobs, extract_all, few_collec
 from streamcheck.scanner.facts_cache import CACHE_DIR_NAME, FactsCache, code_stamp
 from streamcheck.constants import version as streamcheck_version
 from streamcheck.findings import Finding, Location, sorted_findings
+from streamcheck.report.regions import ends_of
+from streamcheck.report.regions import tell as tell_ends
 from streamcheck.scanner.sources import FolderProblem, SourceFile, Source, Unreadable, discover, read_source
 from streamcheck.scanner.suppressions import (SC002, Suppression, apply_suppressions, find_suppressions,
                                               unused_suppressions)
@@ -202,6 +204,7 @@ def _scan(paths, config, backend, jobs, cache_dir, use_cache, report_unused_igno
     raw = None if cache is None or report_unused_ignores else _unchanged(files, folder_problems, config, cache, result)
     if raw is not None:
         suppressions = _suppressions_in(raw, files, config)
+        tell_ends(cache.scan_ends)
         clock.lap("discovery")
     else:
         record = unchanged.Record(config.max_file_size_kb) if cache else None
@@ -217,10 +220,12 @@ def _scan(paths, config, backend, jobs, cache_dir, use_cache, report_unused_igno
         if previous is not None:
             raw = previous
             result.cached = len(read)
+            tell_ends(cache.scan_ends)
         else:
             raw += _analyze_files(read, config, backend, cache, jobs, progress, result, clock)
             if cache and scan_key:
-                cache.put_scan(scan_key, raw)
+                # with the ends of the findings' expressions: a report of them from the cache reads no file
+                cache.put_scan(scan_key, raw, ends_of(raw))
         if record is not None:
             record.write(cache.directory)
 

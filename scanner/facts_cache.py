@@ -51,6 +51,7 @@ class FactsCache:
     def __init__(self, directory: str | Path, stamp: str, options_key: str):
         self.directory = Path(directory)
         self._salt = f"{stamp}\x1f{options_key}\x1f"
+        self.scan_ends: Any = None  # what get_scan found beside the findings (report/regions.py `tell` checks it)
 
     def key(self, display_path: str, digest: str) -> str:
         return hashlib.blake2b(f"{self._salt}{display_path}\x1f{digest}".encode(), digest_size=20).hexdigest()
@@ -97,16 +98,24 @@ class FactsCache:
         return digest.hexdigest()
 
     def get_scan(self, key: str) -> list[Finding] | None:
+        """The last scan's raw findings if its key is `key`; the ends of their locations it kept (report/regions.py
+        `ends_of`) are then in `scan_ends`."""
+        self.scan_ends = None
         entry = _read_json(self.directory / "last_scan.json")
         if not isinstance(entry, dict) or entry.get("key") != key:
             return None
         try:
-            return [Finding.from_dict(data) for data in entry["findings"]]
+            findings = [Finding.from_dict(data) for data in entry["findings"]]
         except (KeyError, TypeError, ValueError):
             return None
+        self.scan_ends = entry.get("ends")
+        return findings
 
-    def put_scan(self, key: str, findings: list[Finding]) -> None:
-        self._write(self.directory / "last_scan.json", {"key": key, "findings": [f.to_dict() for f in findings]})
+    def put_scan(self, key: str, findings: list[Finding], ends: dict | None = None) -> None:
+        entry = {"key": key, "findings": [f.to_dict() for f in findings]}
+        if ends:
+            entry["ends"] = ends
+        self._write(self.directory / "last_scan.json", entry)
 
     def _write(self, target: Path, entry: Any) -> None:
         try:
