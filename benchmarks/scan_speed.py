@@ -9,8 +9,8 @@ processes one after the other:
 - `ruff check --select ALL --no-cache` (ruff is the benchmark's yardstick, not a dependency of streamcheck:
   `pip install ruff` into the venv to run this);
 - streamcheck cold (an empty facts cache) with `-j 1` and with `-j N` (N = --jobs, default 2);
-- warm: the same command again, nothing changed; and once more with the text report (which reads the files the
-  findings name again, for where each expression ends);
+- warm: the same command again, nothing changed; and once more with the text report (which underlines where each
+  finding's expression ends: the cold scan kept those ends in the cache, report/regions.py);
 - one file changed: a comment appended to the file that mentions streams most, then the same command;
 - a control before and after: two pure-Python loops in two processes vs one after the other (about 2x on two
   free cores; near 1x when other work holds them, and then no -j row can do better);
@@ -146,7 +146,7 @@ def measure(spec: str, args: argparse.Namespace, env: dict[str, str]) -> dict[st
                     streamcheck(scratch, folder, cache, jobs, env, args.timeout))
             rows.setdefault("streamcheck warm", []).append(
                 streamcheck(scratch, folder, cache, args.jobs, env, args.timeout))
-            # the text report reads each named file again for where its expressions end (report/regions.py)
+            # the text report underlines the findings' expressions, whose ends the cold scan kept (report/regions.py)
             rows.setdefault("streamcheck warm, text format", []).append(
                 streamcheck(scratch, folder, cache, args.jobs, env, args.timeout, report="text"))
             try:
