@@ -27,9 +27,10 @@ from .facts import NO_REGION, RETURNED, Access, Placement, Use
 from .hazard_flow import exclusive, where
 from .orderings import orderings_of, site_stream
 from .program import Function, Program
-from .races import CALLER_LEVELS, START, Position, _in_caller, _param_stream_waited_anywhere, ordered_between
+from .races import CALLER_LEVELS, START, Position, ordered_between
 from .rule import location
-from .streams import CURRENT_STREAM, PARAM, UNKNOWN, as_code, display, stream_words, writable
+from .streams import CURRENT_STREAM, UNKNOWN, as_code, display, stream_words, writable
+from .summaries import translate
 
 
 class Allocation(NamedTuple):
@@ -62,31 +63,27 @@ def writes_into_fresh_blocks(program: Program, rule_id: str) -> Iterable[Finding
                 allocation = allocation._replace(stream=frame)
             if UNKNOWN in (stream, allocation.stream) or stream == allocation.stream:
                 continue
-            if _ordered_on_every_way(program, function, (write.line, write.column), allocation.stream, stream,
+            if ordered_on_every_way(program, function, (write.line, write.column), allocation.stream, stream,
                                      CALLER_LEVELS, frame):
                 continue
             reported.add((write.path, write.region))
             yield _finding(program, rule_id, function, write, stream, allocation)
 
 
-def _ordered_on_every_way(program: Program, function: Function, position: Position, earlier: str, later: str,
+def ordered_on_every_way(program: Program, function: Function, position: Position, earlier: str, later: str,
                           levels: int, frame: str = CURRENT_STREAM) -> bool:
     """An ordering of `later` after `earlier` before `position` in `function`, or else before the call in every
-    caller (each call path is a run of its own: one caller that waits does not order another's). A stream handed
-    in as a parameter that is waited anywhere is taken as waited (as the race query does)."""
+    caller, the streams named as each caller names them (each call path is a run of its own: one caller that
+    waits does not order another's)."""
     if ordered_between(program, function, START, position, earlier, later, frame):
-        return True
-    if later.startswith(PARAM) and _param_stream_waited_anywhere(program, later):
         return True
     sites = program.call_sites.get(function.id, ())
     if levels == 0 or not sites:
         return False
-    for caller, call in sites:
-        here = site_stream(program, caller, call.region)
-        if not _ordered_on_every_way(program, caller, (call.line, call.column), _in_caller(earlier, here),
-                                     _in_caller(later, here), levels - 1):
-            return False
-    return True
+    return all(ordered_on_every_way(program, caller, (call.line, call.column),
+                                     translate(program, caller, call, function, earlier),
+                                     translate(program, caller, call, function, later), levels - 1)
+               for caller, call in sites)
 
 
 def _allocation(program: Program, function: Function, write: Access) -> Allocation | None:
@@ -163,10 +160,10 @@ def _finding(program: Program, rule_id: str, function: Function, write: Access, 
     waiter, waited = as_code(stream), as_code(allocation.stream)
     extra = {"path": write.path, "writer_stream": display(stream), "other_stream": display(allocation.stream),
              "allocation_line": allocation.line}
-    if writable(waiter) and writable(waited):
-        extra["fix_edit"] = {"path": function.file.path, "line": write.line, "column": write.column,
+    if writable(waiter) and writable(waited):  # before the `with`: inside it `current_stream()` is the side one
+        extra["fix_edit"] = {"path": function.file.path, "line": region.line, "column": region.column,
                              "insert": f"{waiter}.wait_stream({waited})", "safe": True,
-                             "description": f"insert `{{statement}}` before the write at line {write.line}"}
+                             "description": f"insert `{{statement}}` before the `with` at line {region.line}"}
     owner = "the current stream" if allocation.stream == CURRENT_STREAM else stream_words(allocation.stream)
     selfish = [o for o in orderings_of(program, function) if o.kind == "wait_stream" and o.waiter == o.target == stream
                and (o.line, o.column) < (write.line, write.column)]
@@ -182,8 +179,8 @@ def _finding(program: Program, rule_id: str, function: Function, write: Access, 
                           f"allocation on {owner}"),
                  location(function, region.line, region.column, ROLE_STREAM_CONTEXT,
                           f"switches to {stream_words(stream)}")),
-        fix=(f"Make `{waiter}` wait for `{waited}` before the write: `{waiter}.wait_stream({waited})` before "
-             f"{function.file.path}:{write.line} (or allocate the buffer inside the region)."),
+        fix=(f"Make `{waiter}` wait for `{waited}` before the region: `{waiter}.wait_stream({waited})` before "
+             f"the `with` at {function.file.path}:{region.line} (or allocate the buffer inside the region)."),
         kind="WAR",
         symbol=function.facts.qualname,
         extra=extra,

@@ -4,7 +4,8 @@ before anything waits for the copy (SC102 across a return or a constructor).
 SC102 follows the copied-into name inside the copying function and stops where it leaves (returned, handed to a
 constructor): the wait is then the receiver's job. This module follows it to the receiver:
 - **returned:** a function returns the destination with no host wait after the copy, and a caller reads the
-  call's result on the host in the same expression (`_cuda_to_cpu_safe(t).tolist()`, torchrec's helper whose
+  call's result on the host in the same expression (`_cuda_to_cpu_safe(t).tolist()`, `f(t).sum().item()`:
+  torchrec's helper, whose
   stream synchronize is what makes the list right);
 - **kept by a constructor:** the destination is handed to a class of the scan whose `__init__` stores the
   parameter on `self` (`self._host_splits = host_splits`), and a method of that class reads the attribute on the
@@ -20,7 +21,7 @@ from typing import Iterable, Iterator, NamedTuple
 
 from streamcheck.findings import ROLE_CALL, ROLE_READ, ROLE_WRITE, Finding
 
-from .facts import RETURNED, AsyncCopy, Call, Sync
+from .facts import NO_REGION, RETURNED, AsyncCopy, Call, Sync, Use
 from .hazard_flow import direction, host_blocked_between
 from .program import Function, Program
 from .rule import location
@@ -34,6 +35,7 @@ class Escape(NamedTuple):
     function: Function  # the copying function
     copy: AsyncCopy
     line: int  # where the destination leaves it (the return, the constructor call)
+    column: int
 
 
 def host_reads_after_escape(program: Program, rule_id: str) -> Iterable[Finding]:
@@ -41,29 +43,29 @@ def host_reads_after_escape(program: Program, rule_id: str) -> Iterable[Finding]
         for copy in function.facts.async_copies:
             if not copy.dst or copy.dst.startswith("(") or direction(program, function, copy) != "d2h":
                 continue
-            for escape_line, how in _escapes(function, copy):
-                if host_blocked_between(program, function, copy.line, escape_line, {copy.dst}):
+            for use in _escapes(function, copy):
+                if host_blocked_between(program, function, copy.line, use.line, {copy.dst}):
                     continue
-                escape = Escape(function, copy, escape_line)
+                escape, how = Escape(function, copy, use.line, use.column), use.arg
                 if how == RETURNED:
                     yield from _read_by_callers(program, rule_id, escape)
                 else:
                     yield from _read_by_kept_attribute(program, rule_id, escape)
 
 
-def _escapes(function: Function, copy: AsyncCopy) -> Iterator[tuple[int, str]]:
-    """(line, RETURNED or "") of each place after the copy where its destination leaves the function: returned,
-    or handed to a call (a constructor, when the call resolves to one)."""
+def _escapes(function: Function, copy: AsyncCopy) -> Iterator[Use]:
+    """Each use after the copy where its destination leaves the function: returned (arg RETURNED), or handed to
+    a call (arg "": a constructor, when the call resolves to one)."""
     for use in function.facts.uses:
         if use.path == copy.dst and use.how == "escape" and use.line > copy.end_line and use.arg in (RETURNED, ""):
-            yield use.line, use.arg
+            yield use
 
 
 def _read_by_callers(program: Program, rule_id: str, escape: Escape) -> Iterator[Finding]:
     for caller, call in program.call_sites.get(escape.function.id, ()):
         result = f"{call.callee}()"
         for sync in caller.facts.syncs:
-            if sync.kind == "host_sync" and sync.line == call.line and sync.receiver == result:
+            if sync.kind == "host_sync" and sync.line == call.line and _reads(sync.receiver, result):
                 yield _finding(program, rule_id, escape, caller, sync, caller, call,
                                f"the result of `{call.callee}(...)`, returned while the copy may still run")
 
@@ -95,6 +97,8 @@ def _kept_as(init: Function, call: Call, argument: str) -> list[str]:
 
 
 def _reads(receiver: str, path: str) -> bool:
+    """`h.tolist()`, `h[0].item()`, `to_host(d).sum().item()`: a host read of `path` or of what is computed from
+    it on the host."""
     return receiver == path or receiver.startswith((path + ".", path + "["))
 
 
@@ -115,5 +119,19 @@ def _finding(program: Program, rule_id: str, escape: Escape, reader: Function, r
              f"stream in `{escape.function.facts.qualname}` before the destination leaves it)."),
         kind="HOST",
         symbol=reader.facts.qualname,
-        extra={"path": copy.dst, "copy_line": copy.line},
+        extra={"path": copy.dst, "copy_line": copy.line, "fix_edit": _fix_edit(escape, reader, read)},
     )
+
+
+def _fix_edit(escape: Escape, reader: Function, read: Sync) -> dict:
+    """A host wait (unsafe, as SC102's): in the copying function before the destination leaves it when the copy
+    ran on its current stream, else a device synchronize before the read (the copy's stream is not in scope)."""
+    if escape.copy.region == NO_REGION:
+        statement = "torch.cuda.current_stream().synchronize()"
+        path, line, column = escape.function.file.path, escape.line, escape.column
+        where = f"before the destination leaves `{escape.function.facts.qualname}` at line {line}"
+    else:
+        statement, path, line, column = "torch.cuda.synchronize()", reader.file.path, read.line, read.column
+        where = f"before the host read at line {line}"
+    return {"path": path, "line": line, "column": column, "insert": statement, "safe": False,
+            "description": f"insert `{{statement}}` {where}"}

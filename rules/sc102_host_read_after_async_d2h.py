@@ -25,7 +25,10 @@ class HostReadAfterAsyncD2H(Rule):
         blocking read of a device tensor (`.item()`, `.cpu()`). Where a tensor lives comes from how the function
         (or, for `self.` attributes, its class) created it (`pin_memory=True`, `device="cpu"`, `.cpu()`, a
         factory without a device), else from its name (`cpu`, `pinned`, `host`). A name that is returned, stored
-        or rebound is not followed further.
+        or rebound is not followed further in the function; where it goes is followed to its reader
+        (host_read_after_escape.py): a destination returned while the copy may still run and read on the host by
+        the caller in the same expression (`to_host(d).tolist()`), or handed to a class of the scan whose
+        `__init__` keeps it on `self` and read on the host by a method with no synchronize before it there.
 
     Why it is bad:
         A non_blocking copy into pinned memory returns to Python before the copy ran; the host then reads
@@ -141,6 +144,39 @@ class Offload:
         print(self.cpu_grads[0])
 """)
 
+    # Where the destination goes: the helper synchronizes before returning; the method synchronizes the event
+    # recorded after the copy before it reads the kept buffer.
+    VALID.append("""
+import torch
+
+def to_host(d):
+    h = torch.empty(d.shape, pin_memory=True)
+    h.copy_(d, non_blocking=True)
+    torch.cuda.current_stream().synchronize()
+    return h
+
+def counts(d):
+    return to_host(d).tolist()
+""")
+    VALID.append("""
+import torch
+
+class Pending:
+    def __init__(self, host_splits, ready):
+        self.host_splits = host_splits
+        self.ready = ready
+
+    def wait(self):
+        self.ready.synchronize()
+        return self.host_splits.tolist()
+
+def start(device_splits, host_splits, ready, side):
+    with torch.cuda.stream(side):
+        host_splits.copy_(device_splits, non_blocking=True)
+        ready.record(side)
+    return Pending(host_splits, ready)
+""")
+
     INVALID = [
         # Read in the same expression: the copy has surely not landed.
         """
@@ -163,6 +199,36 @@ import torch
 def losses(values):
     host = values.to("cpu", non_blocking=True)
     return host.tolist()  # expect: SC102
+""",
+        # Returned while the copy runs, read by the caller (torchrec's `_cuda_to_cpu_safe` less its synchronize).
+        """
+import torch
+
+def to_host(d):
+    h = torch.empty(d.shape, pin_memory=True)
+    h.copy_(d, non_blocking=True)
+    return h
+
+def counts(d):
+    return to_host(d).tolist()  # expect: SC102
+""",
+        # Kept by a constructor, read by a method before any wait (DeepSpeed's `_PendingSplitPlan.wait`).
+        """
+import torch
+
+class Pending:
+    def __init__(self, host_splits, ready):
+        self.host_splits = host_splits
+        self.ready = ready
+
+    def wait(self):
+        return self.host_splits.tolist()  # expect: SC102
+
+def start(device_splits, host_splits, ready, side):
+    with torch.cuda.stream(side):
+        host_splits.copy_(device_splits, non_blocking=True)
+        ready.record(side)
+    return Pending(host_splits, ready)
 """,
     ]
 

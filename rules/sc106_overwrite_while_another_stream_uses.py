@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from itertools import chain
 from typing import Iterable
 
 from streamcheck.findings import ROLE_READ, ROLE_WRITE, Finding
@@ -27,7 +28,12 @@ class OverwriteWhileAnotherStreamUses(Rule):
         program order: in one function body, or in two functions a common function calls one after the other
         (directly or through calls). Two writes in two different stream regions of two functions are also
         reported (WAW), whatever their order. A wait in the other direction (`s.wait_stream(current)`) orders
-        nothing here.
+        nothing here. Two overwrites by a side stream of what the current stream may still use are found too:
+        a block the current stream just allocated (in the function, or returned by a helper of the scan) filled
+        inside `with torch.cuda.stream(s):` before `s` waits for the current stream, on every call path
+        (fresh_block_on_side_stream.py); and a tensor that came from outside the function (a parameter, a loop
+        variable over one, a `self.` attribute, a value taken out of an attribute's container) overwritten on a
+        side stream that nothing in the whole program ever makes wait (unwaited_side_stream_writes.py).
 
     Why it is bad:
         Launching the side stream's kernel returns at once; the kernel may run much later. The current stream's
@@ -40,10 +46,19 @@ class OverwriteWhileAnotherStreamUses(Rule):
             total = staging.sum()        # side stream reads staging
         staging.copy_(next_batch)        # current stream overwrites it: may run first
 
+    Known problems:
+        Two accesses in functions that nothing calls one after the other are not paired (their order is not
+        known). A side stream that is made to wait anywhere in the program is taken as waited before each of its
+        overwrites of outside tensors; a stream handed to a constructor is not followed. An allocation is followed
+        only through the writing function and the helpers it calls; the runtime detector starts a fresh history
+        at each allocation, so it does not report the fresh-block overwrite.
+
     Fix:
         Make the writing stream wait for the other one before the write:
         `torch.cuda.current_stream().wait_stream(side)` (or record an event on `side` after the read and
-        `wait_event` it), or double-buffer with an index that alternates and a wait per buffer.
+        `wait_event` it), or double-buffer with an index that alternates and a wait per buffer. For a side
+        stream's overwrite, `s.wait_stream(torch.cuda.current_stream())` before the `with` (inside it,
+        `current_stream()` is `s` itself).
     """
 
     id = "SC106"
@@ -70,6 +85,27 @@ def step(bufs, batch, side, cur):
         total = bufs[cur].sum()
     bufs[1 - cur].copy_(batch)
     return total
+""",
+        # The side stream waits for the current stream, which allocated the buffer, before it fills it; an
+        # outside tensor overwritten on a side stream that waits for the current stream first.
+        """
+import torch
+
+def reload(host_state, copy_stream):
+    buf = torch.empty_like(host_state, device="cuda")
+    copy_stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(copy_stream):
+        buf.copy_(host_state, non_blocking=True)
+    return buf
+
+def copy_back(gpu_param, host_param, copy_stream):
+    copy_stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(copy_stream):
+        gpu_param.copy_(host_param, non_blocking=True)
+
+def step(params, host_params):
+    copy_stream = torch.cuda.Stream()
+    copy_back(params, host_params, copy_stream)
 """,
         # Written first, read later (SC101's business, not a WAR).
         """
@@ -134,9 +170,36 @@ def run(t, s1, s2):
     writer_a()
     writer_b()
 """,
+        # A block of the current stream's pool filled on a side stream before it waits (DeepSpeed's reload).
+        """
+import torch
+
+copy_stream = torch.cuda.Stream()
+
+def reload(host_state):
+    buf = torch.empty_like(host_state, device="cuda")
+    with torch.cuda.stream(copy_stream):
+        buf.copy_(host_state, non_blocking=True)  # expect: SC106
+    copy_stream.wait_stream(torch.cuda.current_stream())
+    return buf
+""",
+        # The caller's tensor overwritten on a stream nothing ever makes wait (Megatron's hybrid optimizer less
+        # its wait).
+        """
+import torch
+
+def copy_back(gpu_param, host_param, copy_stream):
+    with torch.cuda.stream(copy_stream):
+        gpu_param.copy_(host_param, non_blocking=True)  # expect: SC106
+
+def step(params, host_params):
+    copy_stream = torch.cuda.Stream()
+    copy_back(params, host_params, copy_stream)
+""",
     ]
 
     def check(self, program: Program) -> Iterable[Finding]:
+        reported: set[tuple[str, int]] = set()  # one finding per write
         for writer, write in program.all_accesses():
             if write.kind != "write" or write.fresh:
                 continue  # a new tensor bound to the path overwrites no memory another stream uses
@@ -152,9 +215,13 @@ def run(t, s1, s2):
                             if self._races(program, other_ctx, write_ctx, kind):
                                 found.append((other_ctx, write_ctx, kind))
             if found:
+                reported.add((writer.file.path, write.line))
                 yield _finding(program, writer, write, found)
-        yield from writes_into_fresh_blocks(program, self.id)
-        yield from writes_on_never_waiting_streams(program, self.id)
+        for finding in chain(writes_into_fresh_blocks(program, self.id),
+                             writes_on_never_waiting_streams(program, self.id)):
+            if (finding.primary.path, finding.primary.line) not in reported:
+                reported.add((finding.primary.path, finding.primary.line))
+                yield finding
 
     @staticmethod
     def _races(program: Program, earlier: Context, later: Context, kind: str) -> bool:

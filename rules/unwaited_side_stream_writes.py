@@ -28,7 +28,8 @@ from .facts import NO_REGION, Access
 from .hazard_flow import HOST_WORDS, where
 from .orderings import orderings_of, site_stream
 from .program import Function, Program
-from .races import Context, ordered_before
+from .fresh_block_on_side_stream import ordered_on_every_way
+from .races import CALLER_LEVELS
 from .rule import location
 from .streams import (CURRENT_STREAM, DEFAULT_STREAM, PARAM, UNKNOWN, as_code, display, handed_in, stream_words,
                       writable)
@@ -41,8 +42,7 @@ PARAMETER_LEVELS = 4
 
 
 def writes_on_never_waiting_streams(program: Program, rule_id: str) -> Iterable[Finding]:
-    waiters = program.memo("unwaited.waiters", lambda: {
-        o.waiter for fn in program.functions.values() for o in orderings_of(program, fn) if o.kind in WAITING_KINDS})
+    waiters = program.memo("unwaited.waiters", lambda: _waiters(program))
     for function in program.functions.values():
         reported: set[int] = set()
         for write in function.facts.accesses:
@@ -50,25 +50,46 @@ def writes_on_never_waiting_streams(program: Program, rule_id: str) -> Iterable[
                 continue
             stream = site_stream(program, function, write.region)
             streams = _as_callers_name_it(program, function, stream, PARAMETER_LEVELS)
-            shown = None if not streams or any(s in waiters or not _nameable(program, s) for s in streams) else \
-                _from_outside(program, function, write, stream)
+            if not streams or any(_key(fn, s) in waiters or not _nameable(program, s) for fn, s in streams):
+                continue
+            shown = _from_outside(program, function, write, stream)
             if shown is None:
                 continue
-            if ordered_before(program, Context(function, write, stream, (), function, write.region), CURRENT_STREAM):
+            if ordered_on_every_way(program, function, (write.line, write.column), CURRENT_STREAM, stream,
+                                    CALLER_LEVELS):
                 continue  # a host synchronize before it, on its way
             reported.add(write.region)  # one finding per region: its first such write
             yield _finding(function, rule_id, write, stream, shown)
 
 
-def _as_callers_name_it(program: Program, function: Function, stream: str, levels: int) -> set[str]:
-    """The streams a parameter stream is at the calls of `function` (up the callers, `levels` deep); the stream
-    itself when it is no parameter; empty when some call leaves it unknown."""
+def _waiters(program: Program) -> set[tuple[str, str]]:
+    """Every stream some code makes wait, keyed as `_key` does; a parameter stream as its callers name it."""
+    found = set()
+    for function in program.functions.values():
+        for ordering in orderings_of(program, function):
+            if ordering.kind in WAITING_KINDS:
+                found.update(_key(fn, s) for fn, s in _as_callers_name_it(
+                    program, function, ordering.waiter, PARAMETER_LEVELS))
+    return found
+
+
+def _key(function: Function, stream: str) -> tuple[str, str]:
+    """A stream's identity for "is it waited somewhere": a local's name (`side = torch.cuda.Stream()`) means one
+    stream per file at most (the engine names locals by their text); attributes and the rest are program-wide."""
+    local = not stream.startswith(("self.", "cls.", PARAM)) and "@" not in stream
+    return (function.file.path if local else "", stream)
+
+
+def _as_callers_name_it(program: Program, function: Function, stream: str,
+                        levels: int) -> set[tuple[Function, str]]:
+    """(function, stream) for what a parameter stream is at the calls of `function` (up the callers, `levels`
+    deep); the stream itself when it is no parameter; empty when some call leaves it unknown."""
     if not stream.startswith(PARAM):
-        return {stream}
+        return {(function, stream)}
     sites = program.call_sites.get(function.id, ())
     if levels == 0 or not sites:
         return set()
-    found: set[str] = set()
+    found: set[tuple[Function, str]] = set()
     for caller, call in sites:
         there = _as_callers_name_it(program, caller, translate(program, caller, call, function, stream), levels - 1)
         if not there:

@@ -34,6 +34,14 @@ EXPECTED = {
     "views_offset": ("        s2.wait_stream(s1)", "buf[N - 1 : 2 * N].fill_(2.0)", True),
     "overwrite_while_read": ("    torch.cuda.current_stream().wait_stream(side)", "staging.fill_(2.0)", True),
     "wrong_wait": ("    side.wait_stream(torch.cuda.current_stream())", "with torch.cuda.stream(side):", True),
+    # A side stream nothing makes wait, and one filling a block the current stream just allocated: the side stream
+    # waits for the current one before the `with` (inside it, `current_stream()` would be the side stream itself).
+    "side_stream_overwrites_input": ("    copy_stream.wait_stream(torch.cuda.current_stream())",
+                                     "with torch.cuda.stream(copy_stream):", True),
+    "fresh_block_on_side_stream": ("    copy_stream.wait_stream(torch.cuda.current_stream())",
+                                   "with torch.cuda.stream(copy_stream):", True),
+    # The copy's destination read by the helper's caller: the helper waits before it returns it (unsafe).
+    "host_read_after_return": ("    torch.cuda.current_stream().synchronize()", "return host", False),
     # An input made outside the function: the side stream waits for the current one, before the `with`.
     "input_not_waited": ("        self.side.wait_stream(torch.cuda.current_stream())",
                          "with torch.cuda.stream(self.side):", True),

@@ -51,6 +51,9 @@ ONE_GPU = {
     "future_wait_side": ("SC201", "RAW"),
     "view_as_metadata": ("SC201", "RAW"),
     "pinned_queue_handoff": ("SC203", "HOST"),
+    "host_read_after_return": ("SC203", "HOST"),  # session 5 (pools): not yet run on the device
+    "side_stream_overwrites_input": ("SC201", "WAR"),  # session 5 (pools): not yet run on the device
+    # (fresh_block_on_side_stream is static only: the detector starts a fresh history at each allocation)
 }
 
 

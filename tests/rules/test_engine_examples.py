@@ -36,6 +36,12 @@ PAIRS = {
     "hook_waits_default_stream": ("SC101", "RAW", "race", "switch"),
     # A pinned buffer written on a side stream, handed to another method through a dict (extract_bindings.py)
     "offload_through_container": ("SC101", "RAW", "earlier", "race"),
+    # A non_blocking download returned by a helper and read on the host by its caller (host_read_after_escape.py)
+    "host_read_after_return": ("SC102", "HOST", "race", "earlier"),
+    # A side stream nothing makes wait overwrites the caller's tensor (unwaited_side_stream_writes.py)
+    "side_stream_overwrites_input": ("SC106", "WAR", "race", "switch"),
+    # A block the current stream just allocated, filled on a side stream first (fresh_block_on_side_stream.py)
+    "fresh_block_on_side_stream": ("SC106", "WAR", "race", "earlier"),
 }
 
 

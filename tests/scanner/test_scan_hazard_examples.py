@@ -20,6 +20,7 @@ PAIRS = [
     ("async_collective", "SC105", "RAW", "t1"),
     ("future_wait_side", "SC105", "RAW", "t"),
     ("handle_travels", "SC105", "RAW", "req.out"),
+    ("host_read_after_return", "SC102", "HOST", "host"),  # read by the helper's caller
 ]
 # Racy examples whose finding stands at another marked line: the read that needed the record (the runtime reports
 # the reuse, at `race`'s free).
