@@ -14,9 +14,9 @@ one unmeasured step each:
 - window_closed: a watch with `steps=(10**6, 10**6 + 1)`: installed, never instrumenting;
 - window: `steps=(2, 4)` of the phase's steps (its findings are printed);
 - watch_mode: a full watch on the dispatch mode;
-- watch_slow_frames, watch_eager_frees, watch_before: a full native watch with one or both of the hook's newer
-  ways switched off (set_tuning: the frame walk of frame objects; frees inside an op taken under the GIL at once):
-  what each change saved, measured beside it in one process;
+- watch_slow_frames, watch_eager_frees, watch_before: a full native watch with one or all of the hook's newer
+  ways switched off (set_tuning: the frame walk of frame objects; frees inside an op taken under the GIL at once;
+  before: also no per-thread plan cache and no recycled shadows): what each saved, beside it in one process;
 - csan: PyTorch's CUDA sanitizer (torch.cuda._sanitizer), last: it cannot be switched off.
 Printed per phase: median step (ms), ratio to plain, and (for phases that count ops) µs per op over plain.
 With `--rounds R` the phases take turns R times, each round in a rotated order (so no phase always follows the
@@ -46,7 +46,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))  # the workloads; streamcheck itsel
 PHASES = ("plain", "passthrough", "hook_noop", "trace_callbacks", "watch_null_sink", "watch", "watch_py_detector",
           "window_closed", "window", "watch_mode", "csan")
 TUNED = {"watch_slow_frames": {"fast_frames": False}, "watch_eager_frees": {"lazy_frees": False},
-         "watch_before": {"fast_frames": False, "lazy_frees": False}}  # hook.cpp set_tuning: each switch off
+         "watch_before": {"fast_frames": False, "lazy_frees": False, "plan_cache": False,
+                          "recycle_shadows": False}}  # hook.cpp set_tuning: each switch off
 
 
 class NullSink:

@@ -68,7 +68,9 @@ def load() -> Any:
         # torch rebuilds when the listed source or the flags change: the digest of every file puts the headers in
         digest = hashlib.sha256(b"".join(p.read_bytes() for p in sorted(SOURCE_DIR.iterdir()))).hexdigest()[:16]
         # STREAMCHECK_NATIVE_CFLAGS: extra flags for a measuring build (-DSTREAMCHECK_STAGE_TIMES, stage_times.h)
-        flags = ["-O2", f"-DSTREAMCHECK_NATIVE_SOURCES=0x{digest}",
+        # -fvisibility=hidden: nothing but the module's init is exported, so calls between the hook's functions and
+        # its thread-locals need no indirection (pybind11 asks for it too)
+        flags = ["-O2", "-fvisibility=hidden", f"-DSTREAMCHECK_NATIVE_SOURCES=0x{digest}",
                  *os.environ.get("STREAMCHECK_NATIVE_CFLAGS", "").split()]
 
         def build(extra: list[str]) -> Any:

@@ -266,6 +266,7 @@ class Detector {
   std::vector<Race> races;  // found, not yet taken by the caller
   int64_t seq = 0;
   int free_op;  // the op id of "free" (race_kind: a later access that is a free)
+  bool recycle_shadows = true;  // keep freed blocks' shadows for reuse (spare_); off only to measure what it saves
 
   Detector() { free_op = op_id("free"); }
 
@@ -397,7 +398,11 @@ class Detector {
   // ---- memory ------------------------------------------------------------------------------------------------
   void alloc(uint64_t storage, int64_t size, int stream, int64_t site) {
     ++seq;
-    shadows_.erase(storage);
+    auto old = shadows_.find(storage);
+    if (old != shadows_.end()) {
+      recycle(std::move(old->second));
+      shadows_.erase(old);
+    }
     Allocation a;
     a.stream = stream;
     a.size = size;
@@ -429,9 +434,10 @@ class Detector {
       shadow = std::move(s->second);
       shadows_.erase(s);
     }
-    if (!have_allocation || allocation.stream < 0 || !have_shadow) return;
+    if (!have_allocation || allocation.stream < 0 || !have_shadow) return recycle(std::move(shadow));
     int stream = allocation.stream;
-    if (shadow.actor == stream) return;  // the allocation stream's own history: its next work is ordered after it
+    // the allocation stream's own history: its next work is ordered after it
+    if (shadow.actor == stream) return recycle(std::move(shadow));
     PendingFree pending;
     pending.storage = storage;
     for (int recorded : allocation.recorded) pending.held.join(clock(recorded));
@@ -516,6 +522,32 @@ class Detector {
   std::unordered_map<uint64_t, StorageShadow> shadows_;
   std::unordered_map<uint64_t, Allocation> allocations_;
   std::unordered_map<int, std::vector<PendingFree>> pending_frees_;
+  // Shadows of freed blocks, emptied with their vectors' capacity kept: most ops write a block the allocator just
+  // handed out again, whose first history then costs no allocation (a step's blocks come and go by the thousand)
+  std::vector<StorageShadow> spare_;
+
+  void recycle(StorageShadow&& shadow) {
+    if (!recycle_shadows || spare_.size() >= 256 || shadow.cells.empty()) return;
+    shadow.starts.clear();
+    shadow.ends.clear();
+    shadow.cells.resize(1);  // the first cell stays, with its reads' capacity
+    shadow.cells[0].reads.clear();
+    spare_.push_back(std::move(shadow));
+  }
+
+  StorageShadow first_access(const Access& a, int64_t start, int64_t end) {  // StorageShadow::first_access, reusing
+    if (spare_.empty()) return StorageShadow::first_access(a, start, end);
+    StorageShadow s = std::move(spare_.back());
+    spare_.pop_back();
+    s.actor = a.actor;
+    s.starts.push_back(start);
+    s.ends.push_back(end);
+    Cell& c = s.cells[0];
+    c.has_write = a.is_write;
+    if (a.is_write) c.write = a;
+    else c.reads.push_back(a);
+    return s;
+  }
 
   static int device_of(const std::string& actor) {  // clocks.py's device_of; -1 for host threads
     std::string head;
@@ -597,7 +629,7 @@ class Detector {
       if (r.start >= r.end) continue;
       auto s = shadows_.find(r.storage);
       if (s == shadows_.end()) {
-        shadows_.emplace(r.storage, StorageShadow::first_access(a, r.start, r.end));
+        shadows_.emplace(r.storage, first_access(a, r.start, r.end));
         continue;
       }
       if (s->second.actor != a.actor) s->second.actor = kMixed;

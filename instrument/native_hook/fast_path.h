@@ -69,9 +69,9 @@ inline FreshBlocks& fresh_blocks() {
   return *f;
 }
 
-inline thread_local int thread_actor_id = -1;
-inline thread_local uint64_t thread_actor_generation = 0;
-inline thread_local bool capturing_graph = false;
+static thread_local int thread_actor_id = -1;
+static thread_local uint64_t thread_actor_generation = 0;
+static thread_local bool capturing_graph = false;
 
 inline int current_cuda_device() {  // what torch.cuda.current_device() says (tests: device 0)
   if (state().cpu_as_device) return 0;
@@ -173,6 +173,7 @@ inline void attach_fast_path(py::object core, py::object deliver, py::object thr
   f.generation.fetch_add(1);
   if (core.is_none()) return;
   f.detector = core.cast<Detector*>();
+  f.detector->recycle_shadows = tuning().recycle_shadows;
   f.owner = core.release().ptr();
   f.deliver = deliver.release().ptr();
   f.thread_actor = thread_actor.release().ptr();

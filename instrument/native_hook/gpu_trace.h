@@ -24,7 +24,7 @@
 
 namespace streamcheck_native {
 
-inline thread_local std::vector<std::pair<uint64_t, int64_t>> frees_in_op;  // (block, site) freed inside an op
+static thread_local std::vector<std::pair<uint64_t, int64_t>> frees_in_op;  // (block, site) freed inside an op
 constexpr int64_t kSiteLater = -3;
 #ifdef STREAMCHECK_FAST_FRAMES
 constexpr bool kLazyFrees = true;  // top_frame() tells whether the op ran Python code meanwhile

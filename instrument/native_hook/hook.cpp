@@ -281,6 +281,38 @@ void install(py::object on_access, py::object on_special, py::object after_speci
   s.on_error = on_error.release().ptr();
 }
 
+// Tests (tests/instrument/native/test_fast_path_frees.py): two CPU ops whose kernels report to the GPU trace while
+// they run, as the caching allocator reports inside a CUDA op, with no Python frame of their own:
+// fresh_like(x) returns a copy of x in a block it reports as just allocated; free_during(x, block) adds 1 to x in
+// place and reports `block` freed. Defined on demand, never by the watch.
+void report_memory(bool allocated, int64_t block) {
+  const c10::impl::PyInterpreter* trace = c10::impl::GPUTrace::get_trace();
+  if (trace == nullptr) return;
+  auto ptr = static_cast<uintptr_t>(block);
+  if (allocated) (*trace)->trace_gpu_memory_allocation(c10::DeviceType::CUDA, ptr);
+  else (*trace)->trace_gpu_memory_deallocation(c10::DeviceType::CUDA, ptr);
+}
+
+void register_test_ops() {
+  static torch::Library* defs = nullptr;
+  if (defs != nullptr) return;
+  defs = new torch::Library(torch::Library::DEF, "streamcheck_test", std::nullopt, __FILE__, __LINE__);
+  defs->def("fresh_like(Tensor x) -> Tensor");
+  defs->def("free_during(Tensor(a!) x, int block) -> Tensor(a!)");
+  auto* impls = new torch::Library(torch::Library::IMPL, "streamcheck_test", c10::DispatchKey::CPU, __FILE__, __LINE__);
+  impls->impl("fresh_like", [](const at::Tensor& x) {
+    at::Tensor out = at::empty_like(x);
+    report_memory(true, reinterpret_cast<int64_t>(out.storage().data()));
+    out.copy_(x);
+    return out;
+  });
+  impls->impl("free_during", [](at::Tensor& x, int64_t block) -> at::Tensor& {
+    x.add_(1.0);
+    report_memory(false, block);
+    return x;
+  });
+}
+
 }  // namespace streamcheck_native
 
 using namespace streamcheck_native;
@@ -302,6 +334,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     std::lock_guard<std::mutex> lock(s.mutex);
     Py_XDECREF(s.plan_source);
     s.plan_source = source.release().ptr();
+    s.plans_generation.fetch_add(1);  // the threads' caches forget them (plans.h)
     s.plans.clear();  // plans come from the table: a new table, new plans (set once, before any op is watched)
   }, "The operator table: (qualified name, overload) -> (kind, argument roles, return roles)");
   m.def("set_site_table", [](py::object classify, py::object intern, int depth) {
@@ -327,6 +360,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     Tuning& t = tuning();
     if (name == "fast_frames") t.fast_frames = on;
     else if (name == "lazy_frees") t.lazy_frees = on;
+    else if (name == "plan_cache") t.plan_cache = on;
+    else if (name == "recycle_shadows") t.recycle_shadows = on;
     else throw std::invalid_argument("set_tuning: unknown switch " + name);
   }, "Measurements: switch one of the hook's cheaper ways off (False) or on (state.h: Tuning)");
   m.def("stage_times", []() -> py::object {
@@ -420,6 +455,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   }, "Tests: report (kind, event or stream, stream) to the active GPU trace as torch's CUDA code does: record, wait, "
      "destroy, create (a: event, b: stream), sync_event (a: event), sync_stream (a: stream), sync_device, "
      "alloc and free (a: block), as the caching allocator does");
+  m.def("register_test_ops", &register_test_ops,
+        "Tests: define streamcheck_test::fresh_like and ::free_during (CPU), which report an allocation or a free to "
+        "the GPU trace from inside the op, as the caching allocator does inside a CUDA op");
   m.def("set_collective_callbacks", &set_collective_callbacks,
         "Collectives and record_stream in C++ while the fast path runs (collectives.h): (comm_actor, alias_handle, "
         "handle_actor), or (None, None, None) to keep them in Python");

@@ -66,8 +66,7 @@ inline Plan build_plan(const c10::FunctionSchema& schema) {
   return plan;
 }
 
-inline Plan& plan_for(const c10::OperatorHandle& op) {
-  const c10::FunctionSchema* key = &op.schema();
+inline Plan& table_plan(const c10::FunctionSchema* key) {  // the table itself: under the mutex
   State& s = state();
   {
     std::lock_guard<std::mutex> lock(s.mutex);
@@ -85,6 +84,26 @@ inline Plan& plan_for(const c10::OperatorHandle& op) {
   plan.index = static_cast<int>(s.names.size());
   s.names.emplace_back(key->name(), key->overload_name());
   return s.plans.emplace(key, std::move(plan)).first->second;
+}
+
+// Every op asks: a direct-mapped cache per thread in front of the table (no lock, no hash). A plan's address stays
+// while the table keeps it (an unordered_map's values do not move); a new table bumps `plans_generation`.
+struct CachedPlan {
+  const c10::FunctionSchema* key;
+  Plan* plan;
+  uint64_t generation;
+};
+static thread_local CachedPlan plan_cache[256];
+
+inline Plan& plan_for(const c10::OperatorHandle& op) {
+  const c10::FunctionSchema* key = &op.schema();
+  State& s = state();
+  uint64_t generation = s.plans_generation.load(std::memory_order_acquire);
+  CachedPlan& slot = plan_cache[(reinterpret_cast<uintptr_t>(key) >> 4) & 255];
+  if (slot.key == key && slot.generation == generation && tuning().plan_cache) return *slot.plan;
+  Plan& plan = table_plan(key);
+  slot = {key, &plan, generation};
+  return plan;
 }
 
 }  // namespace streamcheck_native

@@ -43,6 +43,7 @@ struct Range {
 struct State {
   std::mutex mutex;  // plans, names, pinned
   std::unordered_map<const c10::FunctionSchema*, Plan> plans;
+  std::atomic<uint64_t> plans_generation{1};  // bumped when `plans` is cleared (plans.h: the threads' caches)
   std::vector<std::pair<std::string, std::string>> names;  // (qualified name, overload)
   std::unordered_map<uintptr_t, bool> pinned;
   // Python callables; owned references that are never released (they must outlive interpreter teardown).
@@ -74,6 +75,8 @@ inline State& state() {
 struct Tuning {
   bool fast_frames = true;   // sites.h: walk the interpreter's frames, not frame objects
   bool lazy_frees = true;    // gpu_trace.h: a free inside an op is queued without the GIL, its site taken after
+  bool plan_cache = true;    // plans.h: a per-thread cache of plans in front of the locked table
+  bool recycle_shadows = true;  // detector.h: a freed block's shadow keeps its vectors for the next block's history
 };
 
 inline Tuning& tuning() {
@@ -81,12 +84,12 @@ inline Tuning& tuning() {
   return t;
 }
 
-inline thread_local int op_depth = 0;           // > 0 while this thread runs an op under the hook
-inline thread_local const void* op_frame = nullptr;  // the innermost Python frame when that op began (sites.h)
-inline thread_local bool callbacks_held = false;  // Python held back a callback fired inside the current op
+static thread_local int op_depth = 0;           // > 0 while this thread runs an op under the hook
+static thread_local const void* op_frame = nullptr;  // the innermost Python frame when that op began (sites.h)
+static thread_local bool callbacks_held = false;  // Python held back a callback fired inside the current op
 // > 0 while a collective or record_stream runs the Python way (hook.cpp run_special): the GPU trace's reports from
 // inside it go to Python, which ties them to the collective (collectives.py)
-inline thread_local int special_depth = 0;
+static thread_local int special_depth = 0;
 
 struct SpecialScope {  // marks "inside a collective or record_stream" for the GPU trace's reports (gpu_trace.h)
   SpecialScope() { ++special_depth; }
@@ -100,8 +103,8 @@ struct TraceReport {
   char kind;
   uint64_t a, b;
 };
-inline thread_local std::vector<TraceReport>* held_reports = nullptr;  // set while this thread runs such a one
-inline thread_local int64_t test_stream = 0;
-inline thread_local bool parked = false;  // set_active(false) took the hook's key out of this thread's set
+static thread_local std::vector<TraceReport>* held_reports = nullptr;  // set while this thread runs such a one
+static thread_local int64_t test_stream = 0;
+static thread_local bool parked = false;  // set_active(false) took the hook's key out of this thread's set
 
 }  // namespace streamcheck_native
