@@ -83,13 +83,19 @@ if [ "${PART:-timing}" = paired ]; then
   python3 -P -c 'from streamcheck.instrument import native; m = native.load(); print("fast frames built:", m.fast_frames_built())'
   wait; cat /tmp/stage-build.log
   phases=${PHASES:-plain,passthrough,watch,watch_before,watch_slow_frames,watch_eager_frees}
-  log "native_profile.py $phases x ${ROUNDS:-12} rotated rounds (normal build)"
-  timeout "$(left 100)" python3 -P benchmarks/native_profile.py --steps "${STEPS:-8}" --rounds "${ROUNDS:-12}" \
-    --phases "$phases" --json "$OUT/paired.json" > "$OUT/paired.log" 2>&1
-  echo "paired rc=$?"; sed -n '/^setup/,$p' "$OUT/paired.log"
-  log "stage-times build: plain,passthrough,watch,watch_before x ${STAGE_ROUNDS:-2}"
+  # PINS: "none" and/or a CPU count: the process on the first N CPUs it may use (taskset), which takes the
+  # scheduler's moves between cores (and their caches) out of the step times
+  pin_cmd=()
+  for pin in ${PINS:-none}; do
+    pin_cmd=(); [ "$pin" = none ] || pin_cmd=(taskset -c "$(python3 -c "import os; print(','.join(map(str, sorted(os.sched_getaffinity(0))[:$pin])))")")
+    log "native_profile.py $phases x ${ROUNDS:-12} rotated rounds (normal build), pinned: $pin ${pin_cmd[*]}"
+    timeout "$(left 100)" "${pin_cmd[@]}" python3 -P benchmarks/native_profile.py --steps "${STEPS:-8}" \
+      --rounds "${ROUNDS:-12}" --phases "$phases" --json "$OUT/paired-$pin.json" > "$OUT/paired-$pin.log" 2>&1
+    echo "paired rc=$?"; sed -n '/^setup/,$p' "$OUT/paired-$pin.log"
+  done
+  log "stage-times build: plain,passthrough,watch,watch_before x ${STAGE_ROUNDS:-2}, pinned: ${pin_cmd[*]}"
   STREAMCHECK_NATIVE_CFLAGS=-DSTREAMCHECK_STAGE_TIMES TORCH_EXTENSIONS_DIR=/tmp/ext-stages timeout "$(left 5)" \
-    python3 -P benchmarks/native_profile.py --steps "${STEPS:-8}" --rounds "${STAGE_ROUNDS:-2}" \
+    "${pin_cmd[@]}" python3 -P benchmarks/native_profile.py --steps "${STEPS:-8}" --rounds "${STAGE_ROUNDS:-2}" \
     --phases plain,passthrough,watch,watch_before > "$OUT/stages.log" 2>&1
   echo "stages rc=$?"; grep -v "^\[plain\]\|^\[passthrough\] median" "$OUT/stages.log" | grep -v "Warning\|warn"
 fi
