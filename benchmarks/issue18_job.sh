@@ -3,7 +3,8 @@
 #   PART=tests  bash benchmarks/issue18_job.sh   # tests/gpu on both backends || same losses || the 1000-step soak
 #                                                # (SPLIT=1: two processes per backend; LOSSES=0, SOAK=0: without those)
 #   PART=final  bash benchmarks/issue18_job.sh   # the ZeRO-2 profile in rounds + window + cProfile, overhead.py (main),
-#                                                # then the tests part (MODE_FILTER on the mode); OVERHEAD=0, TESTS=0
+#                                                # then the tests part (MODE_FILTER on the mode); OVERHEAD=0, TESTS=0;
+#                                                # PAIRED_ROUNDS=N first: plain/watch/watch_before in N short rounds
 #   PART=stages bash benchmarks/issue18_job.sh   # the ZeRO-2 ratio, then the hook's stages on a stage-times build
 #   PART=paired bash benchmarks/issue18_job.sh   # the CPU tests of the hook on this Python (GPU hidden), then the
 #                                                # ZeRO-2 phases with the hook's switches (TUNED in native_profile.py)
@@ -102,14 +103,20 @@ fi
 if [ "${PART:-timing}" = final ]; then
   # the last call: the ZeRO-2 profile in rounds (phases in turn) with the window run and a cProfile of watched
   # steps, overhead.py --gpus 1 on main; then the tests block below
+  if [ "${PAIRED_ROUNDS:-0}" -gt 0 ]; then  # the per-op figure: many short rotated rounds, before/after switches
+    log "native_profile.py plain,passthrough,watch,watch_before x $PAIRED_ROUNDS rounds of ${PAIRED_STEPS:-4} steps"
+    timeout "$(left 400)" python3 -P benchmarks/native_profile.py --steps "${PAIRED_STEPS:-4}" --rounds "$PAIRED_ROUNDS" \
+      --phases plain,passthrough,watch,watch_before --json "$OUT/paired.json" > "$OUT/paired.log" 2>&1
+    echo "paired rc=$?"; sed -n '/^setup/,$p' "$OUT/paired.log"
+  fi
   log "native_profile.py, ${ROUNDS:-3} rounds, then the 40-step window run and ${CPROFILE:-4} steps under cProfile"
-  reserve=330; [ "${TESTS:-1}" = 1 ] || reserve=10  # what the overhead run and the tests need after it
+  reserve=330; [ "${TESTS:-1}" = 1 ] || { reserve=10; [ "${OVERHEAD:-1}" = 1 ] && reserve=175; }  # what follows
   timeout "$(left $reserve)" python3 -P benchmarks/native_profile.py --steps "${STEPS:-8}" --rounds "${ROUNDS:-3}" \
     --window-run 40 --profile "${CPROFILE:-4}" \
     --phases "${PHASES:-plain,passthrough,watch,watch_mode,window_closed,window,csan}" \
     --json "$OUT/profile.json" > "$OUT/profile.log" 2>&1
   echo "profile rc=$?"; grep -v "^\[\|Warning\|warn" "$OUT/profile.log" | grep -vE "^ +[0-9/]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ " | tail -45
-  if [ "${OVERHEAD:-1}" = 1 ] && [ "$(left 300)" -gt 0 ]; then
+  if [ "${OVERHEAD:-1}" = 1 ] && [ "$(left 160)" -gt 0 ]; then
     log "overhead.py --gpus 1 (main)"
     PYTHONPATH=$ROOT/.scpkg:$ROOT/.site-0.13.4 timeout 150 python3 -P benchmarks/overhead.py --gpus 1 --steps 6 \
       --out /tmp/oh-final > "$OUT/overhead.log" 2>&1
