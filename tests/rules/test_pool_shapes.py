@@ -211,3 +211,115 @@ def test_an_allocation_inside_the_region_or_on_the_host_is_no_foreign_block():
             return made_here, host
     """)
     assert findings_of({"stage.py": source}, {"SC106"}) == []
+
+
+# --- SC106: a side stream nothing makes wait overwrites an outside tensor ----------------------------------------
+# Megatron's hybrid optimizer: the copy-back hook uploads into the model's params on its own stream.
+HYBRID = """
+import torch
+
+class HybridOptimizer:
+    def __init__(self, params):
+        self._h2d_stream = torch.cuda.Stream()
+        self.gpu_param_of = {}
+
+    def copy_back(self, params):
+        ORDERING
+        with torch.cuda.stream(self._h2d_stream):
+            for param in params:
+                gpu_param = self.gpu_param_of[param]
+                gpu_param.data.copy_(param.data, non_blocking=True)
+        torch.cuda.current_stream().wait_stream(self._h2d_stream)
+"""
+
+
+def test_a_never_waiting_side_stream_overwrites_a_tensor_taken_out_of_a_container():
+    racy = _variant(HYBRID, "pass")
+    findings = findings_of({"hybrid.py": racy}, {"SC106"})
+    assert _summary(findings) == [("SC106", "hybrid.py", line_of(racy, "gpu_param.data.copy_"), "WAR")]
+    assert _related(findings[0]) == [("stream context", line_of(racy, "with torch.cuda.stream(self._h2d_stream)"))]
+    assert findings[0].message.startswith("`gpu_param` (taken out of `self.gpu_param_of`) comes from outside")
+
+
+def test_the_side_stream_waiting_for_the_current_one_first_is_clean():
+    fixed = _variant(HYBRID, "self._h2d_stream.wait_stream(torch.cuda.current_stream())")
+    assert findings_of({"hybrid.py": fixed}, {"SC106"}) == []
+
+
+def test_a_wait_of_the_stream_in_another_method_leaves_the_overwrite_to_the_engine():
+    elsewhere = _variant(HYBRID, "pass") + textwrap.dedent("""
+        def before_step(self):
+            self._h2d_stream.wait_stream(torch.cuda.current_stream())
+    """).replace("\ndef", "\n    def").replace("\n    self.", "\n        self.")
+    assert "    def before_step" in elsewhere
+    assert findings_of({"hybrid.py": elsewhere}, {"SC106"}) == []
+
+
+# torchrec's maglev input dist: the stream is handed down three calls from the driver that owns it.
+MAGLEV = """
+import torch
+
+def inplace_copy_to_gpu(sources, destinations, memcpy_stream):
+    with torch.cuda.stream(memcpy_stream):
+        ORDERING
+        for destination, source in zip(destinations, sources):
+            destination.copy_(source, non_blocking=True)
+
+def input_size_dist(sources, destinations, memcpy_stream):
+    inplace_copy_to_gpu(sources, destinations, memcpy_stream)
+
+def input_dist(sources, destinations, memcpy_stream):
+    input_size_dist(sources, destinations, memcpy_stream)
+
+class InputDistDriver:
+    def __init__(self):
+        self._memcpy_stream = torch.cuda.Stream()
+
+    def exchange(self, sources, destinations):
+        memcpy_stream = self._memcpy_stream
+        input_dist(sources, destinations, memcpy_stream)
+"""
+
+
+def test_a_stream_handed_down_through_calls_is_the_one_its_owner_never_makes_wait():
+    racy = _variant(MAGLEV, "pass")
+    findings = findings_of({"maglev.py": racy}, {"SC106"})
+    assert _summary(findings) == [("SC106", "maglev.py", line_of(racy, "destination.copy_"), "WAR")]
+    # The loop variable is written as the list it iterates (the engine's alias of a `for` over a parameter).
+    assert findings[0].message.startswith("`destinations` comes from outside `inplace_copy_to_gpu`")
+
+
+def test_a_stream_handed_down_that_waits_inside_the_region_on_the_outer_stream_is_clean():
+    fixed = _variant(MAGLEV, "pass").replace(
+        "    with torch.cuda.stream(memcpy_stream):\n",
+        "    current_stream = torch.cuda.current_stream()\n    with torch.cuda.stream(memcpy_stream):\n"
+        "        memcpy_stream.wait_stream(current_stream)\n")
+    assert "memcpy_stream.wait_stream(current_stream)" in fixed
+    assert findings_of({"maglev.py": fixed}, {"SC106"}) == []
+
+
+def test_a_stream_whose_callers_are_unknown_or_a_buffer_its_class_allocates_there_is_left_alone():
+    handed_in = textwrap.dedent("""
+        import torch
+
+        def upload(dst, src, copy_stream):
+            with torch.cuda.stream(copy_stream):
+                dst.copy_(src, non_blocking=True)
+    """)
+    owned = textwrap.dedent("""
+        import torch
+
+        class Prefetcher:
+            def __init__(self, n):
+                self.stream = torch.cuda.Stream()
+                with torch.cuda.stream(self.stream):
+                    self.staged = torch.empty(n, device="cuda")
+
+            def load(self, host_batch):
+                with torch.cuda.stream(self.stream):
+                    self.staged.copy_(host_batch, non_blocking=True)
+                torch.cuda.current_stream().wait_stream(self.stream)
+                return self.staged
+    """)
+    assert findings_of({"upload.py": handed_in}, {"SC106"}) == []
+    assert findings_of({"prefetch.py": owned}, {"SC106"}) == []
