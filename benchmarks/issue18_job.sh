@@ -81,14 +81,16 @@ if [ "${PART:-timing}" = paired ]; then
   CUDA_VISIBLE_DEVICES= timeout "$(left 300)" python3 -P -m pytest -q -p no:cacheprovider tests/instrument/native \
     -x > "$OUT/cpu-tests.log" 2>&1
   echo "cpu tests rc=$?"; tail -3 "$OUT/cpu-tests.log"
-  python3 -P -c 'from streamcheck.instrument import native; m = native.load(); print("fast frames built:", m.fast_frames_built())'
+  python3 -P -c 'from streamcheck.instrument import native
+print("fast frames built:", native.load().fast_frames_built())'
   wait; cat /tmp/stage-build.log
   phases=${PHASES:-plain,passthrough,watch,watch_before,watch_slow_frames,watch_eager_frees}
   # PINS: "none" and/or a CPU count: the process on the first N CPUs it may use (taskset), which takes the
   # scheduler's moves between cores (and their caches) out of the step times
   pin_cmd=()
   for pin in ${PINS:-none}; do
-    pin_cmd=(); [ "$pin" = none ] || pin_cmd=(taskset -c "$(python3 -c "import os; print(','.join(map(str, sorted(os.sched_getaffinity(0))[:$pin])))")")
+    cpus=$(python3 -c "import os; print(','.join(map(str, sorted(os.sched_getaffinity(0))[:${pin/none/0}])))")
+    pin_cmd=(); [ "$pin" = none ] || pin_cmd=(taskset -c "$cpus")
     log "native_profile.py $phases x ${ROUNDS:-12} rotated rounds (normal build), pinned: $pin ${pin_cmd[*]}"
     timeout "$(left 100)" "${pin_cmd[@]}" python3 -P benchmarks/native_profile.py --steps "${STEPS:-8}" \
       --rounds "${ROUNDS:-12}" --phases "$phases" --json "$OUT/paired-$pin.json" > "$OUT/paired-$pin.log" 2>&1
@@ -100,15 +102,17 @@ if [ "${PART:-timing}" = paired ]; then
     --phases plain,passthrough,watch,watch_before > "$OUT/stages.log" 2>&1
   echo "stages rc=$?"; grep -v "^\[plain\]\|^\[passthrough\] median" "$OUT/stages.log" | grep -v "Warning\|warn"
 fi
+if [ "${PAIRED_ROUNDS:-0}" -gt 0 ] && { [ "${PART:-timing}" = final ] || [ "${PART:-timing}" = tests ]; }; then
+  # the per-op figure first, on a quiet machine: many short rotated rounds (PAIRED_PHASES)
+  phases=${PAIRED_PHASES:-plain,passthrough,watch,watch_before}
+  log "native_profile.py $phases x $PAIRED_ROUNDS rounds of ${PAIRED_STEPS:-4} steps"
+  timeout "$(left 400)" python3 -P benchmarks/native_profile.py --steps "${PAIRED_STEPS:-4}" --rounds "$PAIRED_ROUNDS" \
+    --phases "$phases" --json "$OUT/paired.json" > "$OUT/paired.log" 2>&1
+  echo "paired rc=$?"; sed -n '/^setup/,$p' "$OUT/paired.log"
+fi
 if [ "${PART:-timing}" = final ]; then
   # the last call: the ZeRO-2 profile in rounds (phases in turn) with the window run and a cProfile of watched
   # steps, overhead.py --gpus 1 on main; then the tests block below
-  if [ "${PAIRED_ROUNDS:-0}" -gt 0 ]; then  # the per-op figure: many short rotated rounds, before/after switches
-    log "native_profile.py plain,passthrough,watch,watch_before x $PAIRED_ROUNDS rounds of ${PAIRED_STEPS:-4} steps"
-    timeout "$(left 400)" python3 -P benchmarks/native_profile.py --steps "${PAIRED_STEPS:-4}" --rounds "$PAIRED_ROUNDS" \
-      --phases plain,passthrough,watch,watch_before --json "$OUT/paired.json" > "$OUT/paired.log" 2>&1
-    echo "paired rc=$?"; sed -n '/^setup/,$p' "$OUT/paired.log"
-  fi
   log "native_profile.py, ${ROUNDS:-3} rounds, then the 40-step window run and ${CPROFILE:-4} steps under cProfile"
   reserve=330; [ "${TESTS:-1}" = 1 ] || { reserve=10; [ "${OVERHEAD:-1}" = 1 ] && reserve=175; }  # what follows
   timeout "$(left $reserve)" python3 -P benchmarks/native_profile.py --steps "${STEPS:-8}" --rounds "${ROUNDS:-3}" \

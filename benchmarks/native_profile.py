@@ -6,6 +6,8 @@ The same training loop (benchmarks/frameworks_workloads.py) runs `--steps` steps
 one unmeasured step each:
 - plain: nothing installed;
 - passthrough: a TorchDispatchMode that only counts ops (what any Python per-op hook costs first);
+- hook_boxing: the hook's key in the thread's set, the hook not active: every op boxed, passed on unread (the floor
+  of a boxed fallback, before it looks at anything);
 - hook_noop: the native hook active, its Python callback a no-op (C++ plans, ranges, boxing, one Python call);
 - trace_callbacks: torch's GPU trace callbacks routed to a Recorder, no per-op hook;
 - watch_null_sink: a full native watch whose Recorder feeds a sink that does nothing (the Python half, no detector);
@@ -43,8 +45,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))  # the workloads; streamcheck itself comes installed
 
-PHASES = ("plain", "passthrough", "hook_noop", "trace_callbacks", "watch_null_sink", "watch", "watch_py_detector",
-          "window_closed", "window", "watch_mode", "csan")
+PHASES = ("plain", "passthrough", "hook_boxing", "hook_noop", "trace_callbacks", "watch_null_sink", "watch",
+          "watch_py_detector", "window_closed", "window", "watch_mode", "csan")
 TUNED = {"watch_slow_frames": {"fast_frames": False}, "watch_eager_frees": {"lazy_frees": False},
          "watch_before": {"fast_frames": False, "lazy_frees": False, "plan_cache": False,
                           "recycle_shadows": False}}  # hook.cpp set_tuning: each switch off
@@ -90,6 +92,13 @@ class Phase:
             mode = CountingMode()
             mode.__enter__()
             self.undo.append(lambda: mode.__exit__(None, None, None))
+        elif name == "hook_boxing":
+            from streamcheck.instrument import native
+
+            module = native.load()
+            module.set_active(False)
+            module.watch_this_thread(True)  # the hook sees every op and, inactive, only passes it on
+            self.undo.append(lambda: module.watch_this_thread(False))
         elif name == "hook_noop":
             from streamcheck.instrument import native
 

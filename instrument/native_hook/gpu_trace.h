@@ -46,7 +46,8 @@ inline void free_now(uint64_t ptr, int64_t site) {
 // GIL held. The site a free is blamed on: the running code's, as the op's own (sites.h; -2: only Python can blame)
 inline int64_t site_of_free(FastPath& f) {
   int64_t site = site_of_op();
-  if (site == -2 && f.capture_site != nullptr) site = py::reinterpret_borrow<py::object>(f.capture_site)().cast<int64_t>();
+  if (site == -2 && f.capture_site != nullptr)
+    site = py::reinterpret_borrow<py::object>(f.capture_site)().cast<int64_t>();
   return site;
 }
 
