@@ -204,10 +204,14 @@ class Program(CallGraph):
         """The function's own accesses and those its calls make through the callees' parameters, in source order."""
         found = self._accesses_in.get(function.id)
         if found is None:
-            own = _without_resolved_handoffs(function.facts.accesses, self.exact_edges_of(function.id))
             found = self._accesses_in[function.id] = sorted(
-                own + bound_accesses(self, function), key=lambda a: (a.line, a.column))
+                self.own_accesses(function) + bound_accesses(self, function), key=lambda a: (a.line, a.column))
         return found
+
+    def own_accesses(self, function: Function) -> list[Access]:
+        """The function's own accesses, less the hand-off reads of calls the scan resolves (read there instead)."""
+        return self.memo(("program.own", function.id), lambda: _without_resolved_handoffs(
+            function.facts.accesses, self.exact_edges_of(function.id)))
 
     def all_accesses(self) -> Iterator[tuple[Function, Access]]:
         for function in self.functions.values():

@@ -152,7 +152,8 @@ def _calls_a_value(function: "Function", call: Call) -> bool:
 
 def _own_param_accesses(program: "Program", function: "Function") -> set[Access]:
     params = set(function.facts.params) - {"self", "cls"}
-    return {a for a in function.facts.accesses if a.path.split(".", 1)[0] in params and not a.owner and not a.fresh
+    return {a for a in program.own_accesses(function)
+            if a.path.split(".", 1)[0] in params and not a.owner and not a.fresh
             # an in-place collective's write stays in the function that calls it: wrappers named like collectives
             # take objects as often as tensors
             and not (a.collective and a.kind == "write" and reads_in_place(function, a))}
