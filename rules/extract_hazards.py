@@ -21,6 +21,7 @@ from .facts import NO_REGION, RETURNED, AsyncCopy, AsyncWork, FileFacts, Functio
 from .extract import elements
 from .extract_handles import (BATCH_P2P, P2P_LAUNCHES, P2P_OP, P2P_SEND, loop_bindings, loop_sources, p2p_op_list,
                               p2p_ops_in_display, p2p_ops_in_list, p2p_sends, p2p_tensor, work_aliases)
+from .extract_handle_objects import synthesize_handle_objects
 from .extract_pairs import PairFacts, positions, synthesize, taken_from
 from .options import matches_name
 from .travelling_handles import held_through, travelling_fields
@@ -615,6 +616,7 @@ class HazardCollector:
         keep = {id(fn): work_aliases(fn, self.loop_links.get(id(fn), [])) for fn in facts.functions}
         launched = {id(fn): len(fn.async_works) for fn in facts.functions}
         synthesize(facts.functions, self.pairs)  # handles and buffers that come back in a tuple (extract_pairs.py)
+        synthesize_handle_objects(facts.functions)  # classes whose wait() writes a tensor (extract_handle_objects.py)
         for fn in facts.functions:
             if len(fn.async_works) != launched[id(fn)]:
                 keep[id(fn)] |= work_aliases(fn, self.loop_links.get(id(fn), []))

@@ -50,6 +50,9 @@ class UseBeforeAsyncCollectiveWait(Rule):
         for launches with `async_op=<a variable>` too (only there: where they run, the flag is unknown). A launch in a loop whose
         tensor the body makes afresh and whose handle it waits only in the next iteration is checked from the
         body's first line again: a touch there before the wait races with the previous iteration's collective.
+        A handle object of the file whose `wait()` writes a tensor it was constructed with (Megatron's
+        `_ReduceScatterWithFP32AccumulationWorkHandle` copies the fp32 sum into `output_tensor`) is a launch where
+        it is built and bound to a local, on that tensor (extract_handle_objects.py).
 
     Why it is bad:
         An async collective runs on the communication library's stream; the calling stream does not wait for it
@@ -233,6 +236,31 @@ def roll(send_list, recv_list, prev, nxt, first):
     for op in ops:
         op.wait()
 """,
+        # The same handle object, waited on the synchronous path (Megatron's reduce_scatter_with_fp32_accumulation).
+        """
+import torch
+import torch.distributed as dist
+
+class Fp32ReduceScatterHandle:
+    def __init__(self, work, gathered, output):
+        self.work = work
+        self.gathered = gathered
+        self.output = output
+
+    def wait(self):
+        if self.work is not None:
+            self.work.wait()
+        self.output.copy_(self.gathered.sum(dim=0))
+
+def reduce_scatter_fp32(output, tensor, group, async_op):
+    gathered = torch.empty_like(tensor)
+    work = dist.all_to_all_single(gathered, tensor, group=group, async_op=async_op)
+    handle = Fp32ReduceScatterHandle(work, gathered, output)
+    if async_op:
+        return handle
+    else:
+        handle.wait()
+""",
     ]
 
     INVALID = [
@@ -395,6 +423,30 @@ def gather(out, shard, group):
     shard.zero_()  # expect: SC105
     if handle is not None:
         handle.wait()
+""",
+        # A handle object whose wait() produces the output, built and left behind on the synchronous path.
+        """
+import torch
+import torch.distributed as dist
+
+class Fp32ReduceScatterHandle:
+    def __init__(self, work, gathered, output):
+        self.work = work
+        self.gathered = gathered
+        self.output = output
+
+    def wait(self):
+        if self.work is not None:
+            self.work.wait()
+        self.output.copy_(self.gathered.sum(dim=0))
+
+def reduce_scatter_fp32(output, tensor, group, async_op):
+    gathered = torch.empty_like(tensor)
+    work = dist.all_to_all_single(gathered, tensor, group=group, async_op=async_op)
+    handle = Fp32ReduceScatterHandle(work, gathered, output)  # expect: SC105
+    if async_op:
+        return handle
+    return None
 """,
     ]
 

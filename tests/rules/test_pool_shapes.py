@@ -323,3 +323,52 @@ def test_a_stream_whose_callers_are_unknown_or_a_buffer_its_class_allocates_ther
     """)
     assert findings_of({"upload.py": handed_in}, {"SC106"}) == []
     assert findings_of({"prefetch.py": owned}, {"SC106"}) == []
+
+
+# --- SC105: a handle object whose wait() produces the output (Megatron's fp32 reduce-scatter) --------------------
+FP32 = """
+import torch
+
+class _ReduceScatterWithFP32AccumulationWorkHandle:
+    def __init__(self, all_to_all_handle, all_to_all_output_tensor, output_tensor, world_size):
+        self.all_to_all_handle = all_to_all_handle
+        self.all_to_all_output_tensor = all_to_all_output_tensor
+        self.output_tensor = output_tensor
+        self.world_size = world_size
+
+    def wait(self):
+        if self.all_to_all_handle is not None:
+            self.all_to_all_handle.wait()
+        output_tensor_in_fp32 = torch.sum(
+            self.all_to_all_output_tensor.view((self.world_size, -1)), dim=0, dtype=torch.float32
+        )
+        self.output_tensor.copy_(output_tensor_in_fp32)
+
+def reduce_scatter_with_fp32_accumulation(output_tensor, input_tensor, group, async_op):
+    world_size = group.size()
+    all_to_all_output_tensor = torch.empty_like(input_tensor)
+    all_to_all_handle = torch.distributed.all_to_all_single(
+        output=all_to_all_output_tensor, input=input_tensor, group=group, async_op=async_op
+    )
+    reduce_scatter_handle = _ReduceScatterWithFP32AccumulationWorkHandle(
+        all_to_all_handle, all_to_all_output_tensor, output_tensor, world_size
+    )
+    if async_op:
+        return reduce_scatter_handle
+    else:
+        ORDERING
+"""
+
+
+def test_a_handle_object_left_unwaited_leaves_its_output_unwritten():
+    racy = _variant(FP32, "pass")
+    findings = findings_of({"fp32.py": racy}, {"SC105"})
+    built = line_of(racy, "reduce_scatter_handle = _ReduceScatterWithFP32AccumulationWorkHandle(")
+    assert _summary(findings) == [("SC105", "fp32.py", built, "RAW")]
+    assert _related(findings[0]) == [("read", len(racy.splitlines()))]
+    assert "still writes `output_tensor`, which its caller holds" in findings[0].message
+
+
+def test_a_handle_object_waited_on_the_synchronous_path_is_clean():
+    fixed = _variant(FP32, "reduce_scatter_handle.wait()")
+    assert findings_of({"fp32.py": fixed}, {"SC105"}) == []
