@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import ast
 
-from .extract_names import NOT_TENSOR_WORDS
-from .extract_paths import access_path, dotted, elements
+from .extract_paths import dotted
 from .facts import Region
 from .options import matches_name
 
@@ -81,26 +80,10 @@ class RegionsAndBlocks(ast.NodeVisitor):
     def visit_For(self, node: ast.For | ast.AsyncFor) -> None:
         self.visit(node.iter)
         self.visit(node.target)
-        if self.detailed:
-            self._elements_of(node.target, node.iter)
         self._visit_block(node.body, guarded=False)  # a loop over handles or params: taken to run
         self._visit_block(node.orelse)
 
     visit_AsyncFor = visit_For
-
-    def _elements_of(self, target: ast.AST, iterated: ast.AST) -> None:
-        """`for buf in small_bucket`, `for k, v in tensors.items()`, `for p, g in zip(self.params, grads)`: the loop
-        variable is an element of a container the function got from outside (a parameter's or a `self.` path), so
-        its accesses are the container's (extract_calls.py `_access` reads `taken_from` so)."""
-        taken = self.taken_from.setdefault(id(self.fn), {})
-        for bound in elements(target):
-            if isinstance(bound, ast.Name):
-                taken.pop(bound.id, None)  # bound again: no longer what an earlier loop took it from
-        for name, container in _loop_elements(target, iterated):
-            root = container.split(".", 1)[0]
-            outside = container.startswith("self.") or (root in self.fn.params and root not in ("self", "cls"))
-            if outside and not any(word in name.lower() for word in NOT_TENSOR_WORDS):
-                taken[name] = container
 
     def visit_While(self, node: ast.While) -> None:
         self.visit(node.test)
@@ -158,27 +141,3 @@ def _ends_in_exit(stmt: ast.AST) -> bool:
     if isinstance(stmt, ast.If):
         return bool(stmt.orelse) and _ends_in_exit(stmt.body[-1]) and _ends_in_exit(stmt.orelse[-1])
     return False
-
-
-def _loop_elements(target: ast.AST, iterated: ast.AST) -> list[tuple[str, str]]:
-    """(loop variable, container path) for each name a `for` binds to an element of a path."""
-    while isinstance(iterated, ast.Call) and isinstance(iterated.func, ast.Name) \
-            and iterated.func.id in ("list", "reversed", "sorted", "tuple") and iterated.args:
-        iterated = iterated.args[0]
-    if isinstance(iterated, ast.Call) and isinstance(iterated.func, ast.Name) and iterated.args:
-        if iterated.func.id == "enumerate" and isinstance(target, ast.Tuple) and len(target.elts) == 2:
-            return _loop_elements(target.elts[1], iterated.args[0])
-        if iterated.func.id == "zip" and isinstance(target, ast.Tuple) and len(target.elts) == len(iterated.args):
-            return [pair for elt, arg in zip(target.elts, iterated.args) for pair in _loop_elements(elt, arg)]
-        return []
-    if isinstance(iterated, ast.Call) and isinstance(iterated.func, ast.Attribute) and not iterated.args:
-        if iterated.func.attr == "values":
-            iterated = iterated.func.value
-        elif iterated.func.attr == "items" and isinstance(target, ast.Tuple) and len(target.elts) == 2:
-            target, iterated = target.elts[1], iterated.func.value
-        else:
-            return []
-    container = access_path(iterated)
-    if not container:
-        return []
-    return [(e.id, container) for e in elements(target) if isinstance(e, ast.Name)]

@@ -291,20 +291,6 @@ class Offload:
         torch.cuda.current_stream().wait_event(ev)
         return self.staged.sum()
 """,
-        # A loop over what the caller handed in, after the side stream waited for its producers.
-        """
-import torch
-
-def to_host(tensors, side):
-    out = {}
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for name, t in tensors.items():
-            dst = torch.empty(t.shape, dtype=t.dtype, device="cpu", pin_memory=True)
-            dst.copy_(t, non_blocking=True)
-            out[name] = dst
-    return out
-""",
     ]
 
     INVALID = [
@@ -503,19 +489,6 @@ def reduce(grad, side, overlap):
     grad.mul_(2)  # expect: SC101
     with stream_context:
         return torch.cat([grad])
-""",
-        # ... without the wait: each element is the caller's, made on the current stream (torchrec's metrics offload).
-        """
-import torch
-
-def to_host(tensors, side):
-    out = {}
-    with torch.cuda.stream(side):
-        for name, t in tensors.items():
-            dst = torch.empty(t.shape, dtype=t.dtype, device="cpu", pin_memory=True)
-            dst.copy_(t, non_blocking=True)  # expect: SC101
-            out[name] = dst
-    return out
 """,
     ]
 

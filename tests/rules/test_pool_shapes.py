@@ -285,8 +285,9 @@ def test_a_stream_handed_down_through_calls_is_the_one_its_owner_never_makes_wai
     racy = _variant(MAGLEV, "pass")
     findings = findings_of({"maglev.py": racy}, {"SC106"})
     assert _summary(findings) == [("SC106", "maglev.py", line_of(racy, "destination.copy_"), "WAR")]
-    # The loop variable is written as the list it iterates (the engine's alias of a `for` over a parameter).
-    assert findings[0].message.startswith("`destinations` comes from outside `inplace_copy_to_gpu`")
+    # The loop variable is named with the lists it iterates.
+    assert findings[0].message.startswith(
+        "`destination` (bound by the loop over `destinations`, `sources`) comes from outside `inplace_copy_to_gpu`")
 
 
 def test_a_stream_handed_down_that_waits_inside_the_region_on_the_outer_stream_is_clean():
