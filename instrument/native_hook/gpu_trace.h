@@ -25,12 +25,12 @@
 namespace streamcheck_native {
 
 static thread_local std::vector<std::pair<uint64_t, int64_t>> frees_in_op;  // (block, site) freed inside an op
-constexpr int64_t kSiteLater = -3;
+constexpr int64_t kSiteLater = -3;  // a free queued inside an op: whether it can race, and its site, come after it
 #ifdef STREAMCHECK_FAST_FRAMES
 constexpr bool kLazyFrees = true;  // top_frame() tells whether the op ran Python code meanwhile
 #else
 constexpr bool kLazyFrees = false;
-#endif  // a free queued inside an op: whether it can race, and its site, come after it
+#endif
 
 // GIL held. A free reaches the detector; inside an op it waits for the op's own access (recorder.py: order).
 inline void free_now(uint64_t ptr, int64_t site) {
