@@ -100,7 +100,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="attribute names too common to pair a write and a read by name alone")
 
     speed = parser.add_argument_group("speed")
-    speed.add_argument("-j", "--jobs", type=int, metavar="N", help="worker processes (default: number of cores)")
+    speed.add_argument("-j", "--jobs", type=int, metavar="N",
+                       help="processes that parse, the scan's own included (default: number of cores)")
     speed.add_argument("--no-cache", action="store_true", help="neither read nor write the per-file Facts cache")
     speed.add_argument("--cache-dir", metavar="DIR", help="cache folder (default: .streamcheck_cache at the root)")
     speed.add_argument("--show-timings", action="store_true",
