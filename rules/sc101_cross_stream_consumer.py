@@ -291,6 +291,22 @@ class Offload:
         torch.cuda.current_stream().wait_event(ev)
         return self.staged.sum()
 """,
+        # A stream captured as `current_stream()` at construction is the one the methods run on (vLLM's pp_utils).
+        """
+import torch
+
+class Broadcaster:
+    def __init__(self, device):
+        self.main_stream = torch.cuda.current_stream(device)
+        self.bcast_stream = torch.cuda.Stream(device)
+
+    def send(self, tokens):
+        counts = tokens.sum(dim=0)
+        self.bcast_stream.wait_stream(self.main_stream)
+        with torch.cuda.stream(self.bcast_stream):
+            torch.distributed.broadcast(counts, src=0)
+        torch.cuda.current_stream().wait_stream(self.bcast_stream)
+""",
     ]
 
     INVALID = [

@@ -74,6 +74,8 @@ def stream_id(program: "Program", function: "Function", stream: "Region | str") 
         attr = text.split(".")[1]
         if text.count(".") == 1 and _property_names_current(program, function, attr):
             return CURRENT_STREAM  # evaluated where it is used: TRL's `s0` property returning current_stream()
+        if text.count(".") == 1 and _captured_current_only(program, function, text):
+            return CURRENT_STREAM  # vLLM's `self.main_stream = torch.cuda.current_stream(device)` in `__init__`
         return f"{text}@{program.attr_owner(function.file.path, function.owner, attr)}"
     return text
 
@@ -103,10 +105,25 @@ def _current_attribute(program: "Program", function: "Function", text: str) -> b
     attr = text.split(".")[1]
     if _property_names_current(program, function, attr):
         return True
-    captured = program.memo(("streams.captured", function.file.path, function.owner), lambda: {
+    captured = _captured(program, function)
+    return bool(captured.get(text)) and all(captures_current(v) for v in captured[text])
+
+
+def _captured_current_only(program: "Program", function: "Function", text: str) -> bool:
+    """`self.<attr>` that the class sets only to `current_stream(...)` (never `default_stream()`, never anything
+    else): the stream its methods run on, taken once. (A captured `default_stream()` stays a stream of its own:
+    code under another stream context is not on it, TRL's bug before PR #7195.)"""
+    values = _captured(program, function).get(text, ())
+    return bool(values) and all(captures_current(v) and not names_default(v) for v in values)
+
+
+def _captured(program: "Program", function: "Function") -> dict[str, list[str]]:
+    """`self.<attr>` -> every value the class's methods bind it to that stream_aliases keeps."""
+    if not function.owner:
+        return {}
+    return program.memo(("streams.captured", function.file.path, function.owner), lambda: {
         key: values for method in program.functions_of_class(function)
         for key, values in method.facts.stream_aliases.items() if key.startswith("self.")})
-    return bool(captured.get(text)) and all(captures_current(v) for v in captured[text])
 
 
 def _property_names_current(program: "Program", function: "Function", attr: str) -> bool:
