@@ -18,7 +18,7 @@ from streamcheck.findings import ROLE_FREE, ROLE_STREAM_CONTEXT, ROLE_WRITE, Fin
 
 from .facts import NO_REGION, Use
 from .program import CURRENT_STREAM, Function, Program
-from .rule import location
+from .rule import called_on_one_side_stream, location
 from .streams import UNKNOWN, captures_current, display
 
 # Calls whose result is new memory, allocated on the stream current where they run.
@@ -26,9 +26,7 @@ ALLOCATING = frozenset({"to", "cuda", "clone", "contiguous", "empty", "empty_lik
                         "zeros_like", "ones", "ones_like", "full", "new_empty", "new_zeros", "cat", "stack"})
 
 
-def noop_record_streams(program: Program, rule_id: str, side_stream_of) -> Iterable[Finding]:
-    """`side_stream_of(function)`: (region, where) when every call of `function` comes from regions of one side
-    stream (SC104's `_called_on_one_side_stream`), else None."""
+def noop_record_streams(program: Program, rule_id: str) -> Iterable[Finding]:
     for function in program.functions.values():
         facts = function.facts
         records = [u for u in facts.uses if u.how == "record_stream" and captures_current(u.arg)]
@@ -45,7 +43,7 @@ def noop_record_streams(program: Program, rule_id: str, side_stream_of) -> Itera
                 context = location(function, region.line, region.column, ROLE_STREAM_CONTEXT,
                                    f"switches to `{region.stream}`")
             else:
-                whole = whole or side_stream_of(program, function) or (None, None)
+                whole = whole or called_on_one_side_stream(program, function) or (None, None)
                 if whole[0] is None:
                     continue
                 region, context = whole

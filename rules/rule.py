@@ -59,3 +59,17 @@ def way_of(program: "Program", region_of: "Context", chain_of: "Context") -> lis
         caller, callee = program.functions[edge.caller], program.functions[edge.callee]
         found.append(location(caller, edge.call.line, edge.call.column, ROLE_CALL, f"calls {callee.facts.qualname}"))
     return found
+
+
+def called_on_one_side_stream(program: "Program", function: "Function"):
+    """(the body as a region, the caller's `with` as a location) for a function every call of which comes from
+    regions of one side stream (Program.only_side_stream; named as that `with` names it), or None."""
+    from .facts import Region
+
+    if program.only_side_stream(function.id) is None:
+        return None
+    region_fn, index, _ = program.region_chains(function.id)[0]
+    caller_region = region_fn.facts.regions[index]
+    where = location(region_fn, caller_region.line, caller_region.column, ROLE_STREAM_CONTEXT,
+                     f"switches to `{caller_region.stream}`, then calls into {function.facts.qualname}")
+    return Region(caller_region.stream, function.facts.line, 1, function.facts.end_line), where

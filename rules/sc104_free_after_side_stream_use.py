@@ -11,7 +11,7 @@ from .free_after_handoff import frees_after_handoff
 from .hazard_flow import host_blocked_between, stream_ordered_between, uses_after
 from .noop_record_stream import noop_record_streams
 from .program import CURRENT_STREAM, Function, Program
-from .rule import Rule, location
+from .rule import Rule, called_on_one_side_stream, location
 
 DATA_USES = frozenset({"read", "write", "host", "stream"})
 FREES = {"del": "`del`", "del[]": "`del` of its container item", ".data=": "`.data = ...`", "resize_": "`resize_`",
@@ -494,7 +494,7 @@ def prefetch(context, modules, dist_stream, forward_stream):
                 continue
             regions = [(index, region) for index, region in enumerate(facts.regions)
                        if program.stream_id(function, region) != CURRENT_STREAM]
-            whole = _called_on_one_side_stream(program, function)
+            whole = called_on_one_side_stream(program, function)
             if whole is not None:  # its body runs inside a caller's region: `current_stream()` there is that stream
                 regions.append((NO_REGION, whole[0]))
             for index, region in regions:
@@ -509,7 +509,7 @@ def prefetch(context, modules, dist_stream, forward_stream):
                     if finding is not None:
                         yield finding
         yield from frees_after_handoff(program, self.id)
-        yield from noop_record_streams(program, self.id, _called_on_one_side_stream)
+        yield from noop_record_streams(program, self.id)
 
     def _release(self, program: Program, function: Function, index: int, region: Region, path: str,
                  first_use: Use, context) -> Finding | None:
@@ -565,18 +565,6 @@ def prefetch(context, modules, dist_stream, forward_stream):
             symbol=facts.qualname,
             extra={"path": path, "stream": stream},
         )
-
-
-def _called_on_one_side_stream(program: Program, function: Function):
-    """(the body as a region, the caller's `with` as a location) for a function every call of which comes from
-    regions of one side stream (named as that `with` names it), or None."""
-    if program.only_side_stream(function.id) is None:
-        return None
-    region_fn, index, _ = program.region_chains(function.id)[0]
-    caller_region = region_fn.facts.regions[index]
-    where = location(region_fn, caller_region.line, caller_region.column, ROLE_STREAM_CONTEXT,
-                     f"switches to `{caller_region.stream}`, then calls into {function.facts.qualname}")
-    return Region(caller_region.stream, function.facts.line, 1, function.facts.end_line), where
 
 
 def _bound_on_stream(program: Program, function: Function, path: str, stream: str) -> bool:
