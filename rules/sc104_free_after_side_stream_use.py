@@ -4,18 +4,13 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from streamcheck.findings import ROLE_FREE, ROLE_READ, ROLE_STREAM_CONTEXT, Finding
+from streamcheck.findings import Finding
 
-from .facts import NO_REGION, Region, Use
 from .free_after_handoff import frees_after_handoff
-from .hazard_flow import host_blocked_between, stream_ordered_between, uses_after
 from .noop_record_stream import noop_record_streams
-from .program import CURRENT_STREAM, Function, Program
-from .rule import Rule, called_on_one_side_stream, location
-
-DATA_USES = frozenset({"read", "write", "host", "stream"})
-FREES = {"del": "`del`", "del[]": "`del` of its container item", ".data=": "`.data = ...`", "resize_": "`resize_`",
-         "storage().resize_": "`storage().resize_`", "untyped_storage().resize_": "`untyped_storage().resize_`"}
+from .program import Program
+from .release_after_side_use import releases_after_side_use
+from .rule import Rule
 
 
 class FreeAfterSideStreamUse(Rule):
@@ -488,91 +483,6 @@ def prefetch(context, modules, dist_stream, forward_stream):
     ]
 
     def check(self, program: Program) -> Iterable[Finding]:
-        for function in program.functions.values():
-            facts = function.facts
-            if not facts.uses:
-                continue
-            regions = [(index, region) for index, region in enumerate(facts.regions)
-                       if program.stream_id(function, region) != CURRENT_STREAM]
-            whole = called_on_one_side_stream(program, function)
-            if whole is not None:  # its body runs inside a caller's region: `current_stream()` there is that stream
-                regions.append((NO_REGION, whole[0]))
-            for index, region in regions:
-                inside: dict[str, Use] = {}
-                for use in sorted(facts.uses, key=lambda u: (u.line, u.column)):
-                    if use.region == index and use.how in DATA_USES and use.path not in inside:
-                        inside[use.path] = use
-                for path, first_use in inside.items():
-                    context = whole[1] if index == NO_REGION else location(
-                        function, region.line, region.column, ROLE_STREAM_CONTEXT, f"switches to `{region.stream}`")
-                    finding = self._release(program, function, index, region, path, first_use, context)
-                    if finding is not None:
-                        yield finding
+        yield from releases_after_side_use(program, self.id)
         yield from frees_after_handoff(program, self.id)
         yield from noop_record_streams(program, self.id)
-
-    def _release(self, program: Program, function: Function, index: int, region: Region, path: str,
-                 first_use: Use, context) -> Finding | None:
-        facts = function.facts
-        bound_inside = any(  # allocated on the side stream itself
-            u.path == path and u.region == index and u.how == "rebind" and u.arg != "None" and u.line < first_use.line
-        for u in facts.uses)
-        if bound_inside or any(u.path == path and u.how == "record_stream" for u in facts.uses):
-            return None
-        if path.startswith("self.") and _bound_on_stream(program, function, path, program.stream_id(function, region)):
-            return None
-        local = "." not in path
-        fresh = [p for p in facts.placements if p.path == path and p.line < region.line]
-        allocated_here = local and bool(fresh) and max(fresh, key=lambda p: p.line).fresh
-        release: Use | None = None
-        for use in uses_after(facts, path, first_use.line):
-            if use.how == "escape":
-                return None
-            if use.how == "free" and (allocated_here or not local or use.arg != "del"):
-                release = use
-                break
-            if use.how == "rebind" and (allocated_here or (not local and use.arg == "None")):
-                release = use  # `t = ...` dropping the local's only reference, `param.grad = None`
-                break
-            if use.how in ("rebind", "free"):
-                return None
-        if release is None:
-            if not allocated_here or any(u.path == path and u.how == "escape" for u in facts.uses):
-                return None
-            line, column, how = facts.end_line, 1, "the end of the function"
-        else:
-            line, column = release.start_line or release.line, release.start_column or release.column
-            how = FREES.get(release.arg, "rebinding it")
-        if line <= region.end_line:  # released inside the region: only blocking the host orders it
-            if host_blocked_between(program, function, first_use.line, line, set()):
-                return None
-        elif stream_ordered_between(program, function, region.end_line, line if release else line + 1):
-            return None
-        stream = region.stream
-        return Finding(
-            rule=self.id,
-            message=(f"`{path}` is used on stream `{stream}` and released by {how} with no "
-                     f"`record_stream({stream})` and no wait for `{stream}`: the allocator may hand its memory "
-                     f"to new work while the side stream still uses it"),
-            primary=location(function, line, column, ROLE_FREE, f"release in {facts.qualname}"),
-            related=(
-                location(function, first_use.line, first_use.column, ROLE_READ, f"used on `{stream}`"),
-                context,
-            ),
-            fix=(f"Call `{path}.record_stream({stream})` after its use on the side stream, or "
-                 f"`torch.cuda.current_stream().wait_stream({stream})` before line {line}."),
-            kind="FREE",
-            symbol=facts.qualname,
-            extra={"path": path, "stream": stream},
-        )
-
-
-def _bound_on_stream(program: Program, function: Function, path: str, stream: str) -> bool:
-    """Whether some method of the class assigns `path` a new tensor inside a region of `stream`: then it is
-    allocated on that stream and its release there is ordered by the stream itself."""
-    for other in program.functions_of_class(function):
-        for use in other.facts.uses:
-            if use.path == path and use.how == "rebind" and use.arg != "None" and use.region >= 0 \
-                    and program.stream_id(other, other.facts.regions[use.region]) == stream:
-                return True
-    return False
