@@ -33,15 +33,11 @@ class Bindings(ast.NodeVisitor):
                 if ("stream" in text.lower() or named_stream) and len(text) < 200:  # `stream = self.s1 if ...`
                     self.fn.stream_aliases.setdefault(node.targets[0].id, []).append(text)
         elif self.detailed and len(node.targets) == 1 and dotted(node.targets[0]).count(".") == 1 \
-                and dotted(node.targets[0]).startswith("self.") and self._may_say_stream(node.value) \
-                and captures_current(ast.unparse(node.value)):
-            # `self.s0 = torch.cuda.default_stream()`: a stream captured by value (streams._current_attribute)
-            self.fn.stream_aliases.setdefault(dotted(node.targets[0]), []).append(ast.unparse(node.value))
-        elif self.detailed and len(node.targets) == 1 and dotted(node.targets[0]).count(".") == 1 \
-                and dotted(node.targets[0]).startswith("self.") and isinstance(node.value, ast.Name) \
-                and node.value.id in self.fn.params and "stream" in dotted(node.targets[0]).lower():
-            # `self._stream = stream` in `__init__`: a stream the constructor was given (streams.handed_in)
-            self.fn.stream_aliases.setdefault(dotted(node.targets[0]), []).append(node.value.id)
+                and dotted(node.targets[0]).startswith("self.") and self._stream_attribute_value(node):
+            # every value a stream attribute is bound to, one list per attribute: a capture (`self.s0 =
+            # torch.cuda.default_stream()`, streams._current_attribute), a constructor's parameter (`self._stream =
+            # stream`, streams.handed_in), a new stream (`self._h2d_stream = torch.cuda.Stream()` after a capture)
+            self.fn.stream_aliases.setdefault(dotted(node.targets[0]), []).append(ast.unparse(node.value)[:200])
         if isinstance(node.value, (ast.Name, ast.Attribute)):
             for target in node.targets:
                 if isinstance(target, ast.Attribute):
@@ -68,6 +64,13 @@ class Bindings(ast.NodeVisitor):
             # `data = request.wait()` inside `with stream(s):` (torchrec's input dist): the awaited work ends on s,
             # so what it hands back is s's to order, like a kernel's output.
             self._access("write", target, *end, "wait", at=end, fresh=True)
+
+    def _stream_attribute_value(self, node: ast.Assign) -> bool:
+        """`self.<attr> = ...` worth keeping as a stream binding: the attribute's name says stream, or the value
+        captures the current (or default) stream."""
+        if "stream" in dotted(node.targets[0]).lower():
+            return True
+        return self._may_say_stream(node.value) and captures_current(ast.unparse(node.value))
 
     def _through_container(self, target: ast.AST, value: ast.AST) -> None:
         """Tensors handed between methods through an attribute's container (Megatron's offload `self.saved`,
