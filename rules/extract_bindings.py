@@ -81,6 +81,17 @@ class Bindings(ast.NodeVisitor):
         taken = self.taken_from.setdefault(id(self.fn), {})
         for name in [t.id for t in elements(target) if isinstance(t, ast.Name)]:
             taken.pop(name, None)  # bound again: no longer what it was taken from
+        if isinstance(target, ast.Attribute) and isinstance(value, ast.Name) and self.region == NO_REGION \
+                and value.id in self.written_locals.get(id(self.fn), set()):
+            # `self._out = out` after `out` was written inside `with stream(s):` (torchrec's maglev awaitable
+            # launches the exchange in `__init__` and reads `self._out_bufs` in `wait`): the attribute holds s's
+            # output, written where the local was
+            path = access_path(target)
+            if path and path.startswith("self."):
+                self.fn.accesses.extend(
+                    replace(a, path=path, index="", fresh=False) for a in list(self.fn.accesses)
+                    if a.kind == "write" and a.path == value.id and a.region != NO_REGION)
+            return
         if isinstance(target, ast.Subscript):
             container = access_path(target.value)
             if container and "." not in container and self._awaited_in_region(target, value):

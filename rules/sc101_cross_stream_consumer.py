@@ -307,6 +307,26 @@ class Broadcaster:
             torch.distributed.broadcast(counts, src=0)
         torch.cuda.current_stream().wait_stream(self.bcast_stream)
 """,
+        # An awaitable that launched its exchange when built and waits for its event before handing the result out.
+        """
+import torch
+
+class InputAwaitable:
+    def __init__(self, inputs):
+        self.side = torch.cuda.Stream()
+        out = torch.empty_like(inputs)
+        self.side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self.side):
+            torch.distributed.all_to_all_single(out, inputs)
+            done = torch.cuda.Event()
+            done.record(self.side)
+        self._out = out
+        self._done = done
+
+    def wait(self):
+        torch.cuda.current_stream().wait_event(self._done)
+        return self._out.sum()
+""",
     ]
 
     INVALID = [
@@ -505,6 +525,25 @@ def reduce(grad, side, overlap):
     grad.mul_(2)  # expect: SC101
     with stream_context:
         return torch.cat([grad])
+""",
+        # ... without that wait: the attribute holds what the side stream wrote in `__init__` (torchrec's maglev).
+        """
+import torch
+
+class InputAwaitable:
+    def __init__(self, inputs):
+        self.side = torch.cuda.Stream()
+        out = torch.empty_like(inputs)
+        self.side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self.side):
+            torch.distributed.all_to_all_single(out, inputs)  # expect: SC101
+            done = torch.cuda.Event()
+            done.record(self.side)
+        self._out = out
+        self._done = done
+
+    def wait(self):
+        return self._out.sum()
 """,
     ]
 

@@ -14,8 +14,11 @@ def main() -> None:
         print("side_stream_overwrites_input/fixed.py needs a CUDA device; nothing to do")
         return
     copy_stream = torch.cuda.Stream()
-    gpu_param = torch.randn(2048, 2048, device="cuda")
     host_param = torch.zeros(2048, 2048, pin_memory=True)
+    with torch.cuda.stream(copy_stream):  # the first values come from the copy stream too: the only race is the read
+        gpu_param = torch.randn(2048, 2048, device="cuda")
+    torch.cuda.current_stream().wait_stream(copy_stream)
+    gpu_param.record_stream(torch.cuda.current_stream())
     out = gpu_param @ gpu_param
     copy_back(gpu_param, host_param, copy_stream)
     torch.cuda.current_stream().wait_stream(copy_stream)
