@@ -345,7 +345,8 @@ class HazardCollector:
                 if stored:  # `self._recv_act.append((works, tensors))`
                     self.pairs.out.setdefault(id(self.fn), []).append((path, stored))
                 elif path and isinstance(arg, ast.Call):  # `pairs.append(self._reduce_scatter_gradient(p))`
-                    self.pairs.appended.setdefault(id(self.fn), []).append((path, self.dotted(arg.func).rsplit(".", 1)[-1]))
+                    self.pairs.appended.setdefault(id(self.fn), []).append(
+                        (path, self.dotted(arg.func).rsplit(".", 1)[-1]))
             self._arguments(node, "escape")
             if path:  # where a stored handle or tensor went: `handles.append(work)`
                 for arg in node.args:

@@ -121,7 +121,8 @@ def synthesize(functions: list[FunctionFacts], pairs: PairFacts) -> None:
 def _into_constructor(functions: list[FunctionFacts], cls: str, h: int, t: int, op: str) -> None:
     """`Cls(handle, buf)`: Cls.__init__ of this file gets the pair as its parameters (it stores them on `self`)."""
     for init in functions:
-        if init.name == "__init__" and init.cls and init.cls.rsplit(".", 1)[-1] == cls and len(init.params) > max(h, t) + 1:
+        if init.name == "__init__" and init.cls and init.cls.rsplit(".", 1)[-1] == cls \
+                and len(init.params) > max(h, t) + 1:
             handle, tensor = init.params[h + 1], init.params[t + 1]  # (after self)
             init.async_works.append(_work(op, handle, tensor, init.line, 1, init.line, (0, 0), -1))
 

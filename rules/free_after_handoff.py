@@ -24,7 +24,7 @@ from .orderings import orderings_of, waits_for
 from .program import CURRENT_STREAM, Function, Program
 from .aliasing import access_keys
 from .races import contexts, matching
-from .rule import location
+from .rule import insert_edit, location
 from .streams import HOST, UNKNOWN, as_code
 
 def frees_after_handoff(program: Program, rule_id: str) -> Iterable[Finding]:
@@ -222,7 +222,7 @@ def _finding(rule_id: str, function: Function, made: Access, region, use: Access
         kind="FREE",
         symbol=facts.qualname,
         extra={"path": path, "stream": region.stream, "allocated_on": code,
-               "fix_edit": {"path": function.file.path, "line": use.line, "column": use.column,
-                            "insert": f"{path}.record_stream(torch.cuda.current_stream())", "safe": True,
-                            "description": f"insert `{{statement}}` before the read at line {use.line}"}},
+               "fix_edit": insert_edit(function, use.line, use.column,
+                                       f"{path}.record_stream(torch.cuda.current_stream())",
+                                       f"before the read at line {use.line}")},
     )

@@ -28,7 +28,7 @@ from .hazard_flow import exclusive, where
 from .orderings import orderings_of, site_stream
 from .program import Function, Program
 from .races import CALLER_LEVELS, START, Position, ordered_between
-from .rule import location
+from .rule import insert_edit, location
 from .streams import CURRENT_STREAM, UNKNOWN, as_code, display, stream_words, writable
 from .summaries import translate
 
@@ -161,9 +161,8 @@ def _finding(program: Program, rule_id: str, function: Function, write: Access, 
     extra = {"path": write.path, "writer_stream": display(stream), "other_stream": display(allocation.stream),
              "allocation_line": allocation.line}
     if writable(waiter) and writable(waited):  # before the `with`: inside it `current_stream()` is the side one
-        extra["fix_edit"] = {"path": function.file.path, "line": region.line, "column": region.column,
-                             "insert": f"{waiter}.wait_stream({waited})", "safe": True,
-                             "description": f"insert `{{statement}}` before the `with` at line {region.line}"}
+        extra["fix_edit"] = insert_edit(function, region.line, region.column, f"{waiter}.wait_stream({waited})",
+                                        f"before the `with` at line {region.line}")
     owner = "the current stream" if allocation.stream == CURRENT_STREAM else stream_words(allocation.stream)
     selfish = [o for o in orderings_of(program, function) if o.kind == "wait_stream" and o.waiter == o.target == stream
                and (o.line, o.column) < (write.line, write.column)]

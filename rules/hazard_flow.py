@@ -4,8 +4,9 @@ line, and whether the host or a stream was ordered in between.
 The hazard rules are intra-procedural: a non_blocking copy, an async collective or a side-stream use is matched
 with what the same function does to the same name or `self.` path afterwards, in source order. A branch that
 cannot run after another (`if` body vs. its `else`) is skipped, and an ordering counts when it lies on some path
-to the later use (inside an `if` too, but not in a block that returns first), as in the engine's race query. Calls in between count when the callee always blocks the host (SC102/SC103) or orders (SC104), from its
-summary (summaries.py).
+to the later use (inside an `if` too, but not in a block that returns first), as in the engine's race query.
+Calls in between count when the callee always blocks the host (SC102/SC103) or orders (SC104), from its summary
+(summaries.py).
 """
 
 from __future__ import annotations
@@ -124,7 +125,8 @@ def stream_ordered_between(program: Program, function: Function, start: int, end
     """Whether a wait_stream / wait_event / synchronize / blocking host read lies between `start` and `end` on
     some path to `end`."""
     for sync in function.facts.syncs:
-        if sync.kind in STREAM_ORDERING_SYNCS and start < sync.line < end and not exits_before(function, sync.line, end):
+        if sync.kind in STREAM_ORDERING_SYNCS and start < sync.line < end \
+                and not exits_before(function, sync.line, end):
             return True
     return _calls_between(program, function, start, end, None)
 

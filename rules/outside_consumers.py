@@ -22,7 +22,7 @@ from .facts import NO_REGION, Access
 from .orderings import orderings_of, waits_for
 from .program import Function, Program
 from .races import Context, contexts, matching, ordered_after
-from .rule import location, way_of
+from .rule import insert_edit, location, way_of
 from .streams import CURRENT_STREAM, UNKNOWN, as_code, display, stream_words, writable
 
 
@@ -68,9 +68,9 @@ def _finding(program: Program, rule_id: str, writer: Function, write: Access, ct
     region = writer.facts.regions[write.region]
     after = region.end_line + 1
     if after <= writer.facts.end_line and writable(waited):  # for --fix: right after the `with`
-        extra["fix_edit"] = {"path": writer.file.path, "line": after, "column": max(region.column - 5, 1),
-                             "insert": f"torch.cuda.current_stream().wait_stream({waited})", "safe": True,
-                             "description": f"insert `{{statement}}` after the `with` at line {region.line}"}
+        extra["fix_edit"] = insert_edit(writer, after, max(region.column - 5, 1),
+                                        f"torch.cuda.current_stream().wait_stream({waited})",
+                                        f"after the `with` at line {region.line}")
     return Finding(
         rule=rule_id,
         message=(f"`{write.path}` is written by `{write.op}` on {stream_words(ctx.stream)} and handed out of "

@@ -45,6 +45,13 @@ def location(function: "Function", line: int, column: int, role: str, note: str 
         path=function.file.path, line=line, column=column, role=role, note=note, snippet=function.file.snippet(line))
 
 
+def insert_edit(function: "Function", line: int, column: int, statement: str, where: str, safe: bool = True) -> dict:
+    """A finding's `fix_edit` (what `--fix` applies): insert `statement` at (line, column) of `function`'s file;
+    `where` finishes the description ("before the read at line 12")."""
+    return {"path": function.file.path, "line": line, "column": column, "insert": statement, "safe": safe,
+            "description": f"insert `{{statement}}` {where}"}
+
+
 def way_of(program: "Program", region_of: "Context", chain_of: "Context") -> list[Location]:
     """How an access got onto its stream, for a finding's related locations: the `with` that switched to it
     (`region_of`'s region, if any), then each call of `chain_of`'s chain."""

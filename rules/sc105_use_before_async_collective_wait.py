@@ -47,9 +47,10 @@ class UseBeforeAsyncCollectiveWait(Rule):
         (h, buf) in zip(params, pairs)`) are a launch there too (extract_pairs.py); so are the parameters
         of a class's `__init__` the pair is handed to (`Handle(work, out)`), and a parameter taken apart into
         the names a launcher of the file returned (`(out, work) = result` after `return Result(out, work)`),
-        for launches with `async_op=<a variable>` too (only there: where they run, the flag is unknown). A launch in a loop whose
-        tensor the body makes afresh and whose handle it waits only in the next iteration is checked from the
-        body's first line again: a touch there before the wait races with the previous iteration's collective.
+        for launches with `async_op=<a variable>` too (only there: where they run, the flag is unknown). A launch
+        in a loop whose tensor the body makes afresh and whose handle it waits only in the next iteration is
+        checked from the body's first line again: a touch there before the wait races with the previous
+        iteration's collective.
         A handle object of the file whose `wait()` writes a tensor it was constructed with (Megatron's
         `_ReduceScatterWithFP32AccumulationWorkHandle` copies the fp32 sum into `output_tensor`) is a launch where
         it is built and bound to a local, on that tensor (extract_handle_objects.py).

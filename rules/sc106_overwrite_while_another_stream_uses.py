@@ -14,7 +14,7 @@ from .unwaited_side_stream_writes import writes_on_never_waiting_streams
 from .facts import NO_REGION, Access
 from .program import Function, Program
 from .races import Context, contexts, matching, same_anchor, unordered
-from .rule import Rule, location, way_of
+from .rule import Rule, insert_edit, location, way_of
 from .streams import as_code, display, stream_words, writable
 
 
@@ -255,9 +255,8 @@ def _finding(program: Program, writer: Function, write: Access, found: list[tupl
     extra = {"path": write.path, "writer_stream": display(write_ctx.stream) if write_ctx.stream else "",
              "other_stream": display(earlier.stream) if earlier.stream else ""}
     if writable(waiter) and writable(waited):  # for --fix: the wait, right before the write
-        extra["fix_edit"] = {"path": writer.file.path, "line": write.line, "column": write.column,
-                             "insert": f"{waiter}.wait_stream({waited})", "safe": True,
-                             "description": f"insert `{{statement}}` before the write at line {write.line}"}
+        extra["fix_edit"] = insert_edit(writer, write.line, write.column, f"{waiter}.wait_stream({waited})",
+                                        f"before the write at line {write.line}")
     return Finding(
         rule=OverwriteWhileAnotherStreamUses.id,
         message=message,

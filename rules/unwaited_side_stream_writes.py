@@ -30,7 +30,7 @@ from .orderings import orderings_of, site_stream
 from .program import Function, Program
 from .fresh_block_on_side_stream import ordered_on_every_way
 from .races import CALLER_LEVELS
-from .rule import location
+from .rule import insert_edit, location
 from .streams import (CURRENT_STREAM, DEFAULT_STREAM, PARAM, UNKNOWN, as_code, display, handed_in, stream_words,
                       writable)
 from .summaries import translate
@@ -155,9 +155,9 @@ def _finding(function: Function, rule_id: str, write: Access, stream: str, shown
     waiter = as_code(stream)
     extra = {"path": write.path, "writer_stream": display(stream), "other_stream": display(CURRENT_STREAM)}
     if writable(waiter):
-        extra["fix_edit"] = {"path": function.file.path, "line": region.line, "column": region.column,
-                             "insert": f"{waiter}.wait_stream(torch.cuda.current_stream())", "safe": True,
-                             "description": f"insert `{{statement}}` before the `with` at line {region.line}"}
+        extra["fix_edit"] = insert_edit(function, region.line, region.column,
+                                        f"{waiter}.wait_stream(torch.cuda.current_stream())",
+                                        f"before the `with` at line {region.line}")
     return Finding(
         rule=rule_id,
         message=(f"{shown} comes from outside `{function.facts.qualname}` (the current stream's kernels use "
