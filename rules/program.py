@@ -82,7 +82,11 @@ class Program(CallGraph):
     def functions_of_class(self, function: Function) -> list[Function]:
         """Every function of `function`'s file whose `self` is the same class (its methods and the functions nested
         in them), in program order; one index for all queries instead of a pass over every function per query."""
-        return self._by_class.get((function.file.path, function.owner), [])
+        return self.functions_of_class_at(function.file.path, function.owner)
+
+    def functions_of_class_at(self, path: str, cls: str | None) -> list[Function]:
+        """The same for class `cls` of file `path` (an owner id's two halves)."""
+        return self._by_class.get((path, cls), [])
 
     @cached_property
     def _by_class(self) -> dict[tuple[str, str | None], list[Function]]:

@@ -90,7 +90,7 @@ def handed_in(program: "Program", stream: str) -> bool:
     def build() -> bool:
         text, owner = stream.split("@", 1)
         path, _, cls = owner.partition("::")
-        bound = [(method, value) for method in program._by_class.get((path, cls), ())
+        bound = [(method, value) for method in program.functions_of_class_at(path, cls)
                  for value in method.facts.stream_aliases.get(text, ())]
         return bool(bound) and all(value in method.facts.params for method, value in bound)
 

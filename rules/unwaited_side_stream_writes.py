@@ -107,7 +107,7 @@ def _nameable(program: Program, stream: str) -> bool:
         text, owner = stream.split("@", 1)
         path, _, cls = owner.partition("::")
         attr = text.split(".")[1]
-        return any(attr in method.facts.self_assigns for method in program._by_class.get((path, cls), ()))
+        return any(attr in method.facts.self_assigns for method in program.functions_of_class_at(path, cls))
     return True
 
 
