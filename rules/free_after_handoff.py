@@ -137,7 +137,16 @@ def _taken_as(function: Function, container: str, line: int) -> str:
 def _filled_on(program: Program, function: Function, container: str, moved: bool = False):
     """(writer, write, context) of the writes into `container` (any function: the container's key) when they all
     run on one side stream, inside a region; else None. A container nothing writes but other code moves elements
-    into from another container (`ctx.b[k] = ctx.a.pop(k)`) holds what that one was filled with."""
+    into from another container (`ctx.b[k] = ctx.a.pop(k)`) holds what that one was filled with. Once per
+    (function, container): both the hand-over query and the passed-on query ask it for every taken local."""
+    table = program.memo("free_after_handoff.filled", lambda: {})
+    key = (function.id, container, moved)
+    if key not in table:
+        table[key] = _filled_on_uncached(program, function, container, moved)
+    return table[key]
+
+
+def _filled_on_uncached(program: Program, function: Function, container: str, moved: bool):
     probe = Access("read", container, 0, 0, "")
     if not moved:
         keys = access_keys(program, function, probe)
