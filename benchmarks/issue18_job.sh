@@ -1,7 +1,8 @@
 # Device calls for issues 17/18 (run from the repository root on the GPU machine; $OUT set by the device tool).
 #   PART=timing bash benchmarks/issue18_job.sh   # overhead.py --gpus 1 before/after alternated, then the ZeRO-2 profile
 #   PART=tests  bash benchmarks/issue18_job.sh   # tests/gpu on both backends || same losses || the 1000-step soak
-#                                                # (SPLIT=1: two processes per backend; LOSSES=0, SOAK=0: without those)
+#                                                # (SPLIT=1: two processes per backend; LOSSES=0, SOAK=0: without those;
+#                                                # EXTRA_EXAMPLES="name ...": streamcheck run on their twins, both backends)
 #   PART=final  bash benchmarks/issue18_job.sh   # the ZeRO-2 profile in rounds + window + cProfile, overhead.py (main),
 #                                                # then the tests part (MODE_FILTER on the mode); OVERHEAD=0, TESTS=0;
 #                                                # PAIRED_ROUNDS=N first: plain/watch/watch_before in N short rounds
@@ -165,6 +166,14 @@ PY
     timeout "$limit" python3 -P benchmarks/native_profile.py --phases plain --steps 2 --soak "${SOAK:-1000}" \
       > "$OUT/soak.log" 2>&1 &
   fi
+  if [ -n "${EXTRA_EXAMPLES:-}" ]; then  # examples the GPU tests do not run: what the runtime reports on them
+    ( for name in $EXTRA_EXAMPLES; do for twin in racy fixed; do for b in native mode; do
+        echo "== examples/$name/$twin.py, backend $b"
+        (cd /tmp && timeout 120 python3 -P -m streamcheck.cli run --backend $b --out /tmp/extra-$name-$twin-$b \
+          --format text -- python3 "$ROOT/examples/$name/$twin.py" 2>&1 | grep -v "Warning\|warn" | tail -n 30
+         echo "rc=${PIPESTATUS[0]}")
+      done; done; done ) > "$OUT/examples-extra.log" 2>&1 &
+  fi
   wait
   for log_file in "$OUT"/gpu-tests-*.log; do
     echo "== ${log_file##*/}"; grep -E "^(FAILED|ERROR)|passed|failed" "$log_file" | tail -n 25
@@ -172,5 +181,6 @@ PY
   done
   echo "== losses"; cat "$OUT/losses.log" 2>/dev/null
   echo "== soak"; grep -v "^\[\|Warning\|warn" "$OUT/soak.log" 2>/dev/null | tail -15
+  [ -n "${EXTRA_EXAMPLES:-}" ] && { echo "== extra examples"; cat "$OUT/examples-extra.log"; }
 fi
 log done
