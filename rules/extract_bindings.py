@@ -7,8 +7,9 @@ from __future__ import annotations
 import ast
 from dataclasses import replace
 
-from .extract_names import COPYING_METHODS, HOST_ONLY_FUNCTIONS, NOT_PRODUCERS, NOT_TENSOR_WORDS, PRODUCING_METHODS
-from .extract_paths import access_path, dotted, elements
+from .extract_names import (COPYING_METHODS, HOST_ONLY_FUNCTIONS, NOT_PRODUCERS, NOT_TENSOR_WORDS, PRODUCING_METHODS,
+                            VIEW_METHODS)
+from .extract_paths import access_path, dotted, elements, iterated
 from .facts import MODULE_SCOPE, NO_REGION, AttrFunction, Sync
 from .streams import captures_current
 from .torch_api import TORCH_CALLABLES
@@ -48,6 +49,7 @@ class Bindings(ast.NodeVisitor):
             return
         self._name_recorded_event(node.targets[0], node.value)
         self._through_container(node.targets[0], node.value)
+        self._derived(node.targets[0], node.value)
         target, end = node.targets[0], (node.end_lineno or node.lineno, (node.end_col_offset or 0) + 1)
         if self._produces_tensor(node.value):
             # `y = x.to(dev, non_blocking=True)`, `y = torch.cat(...)`: a new tensor written by a kernel on the
@@ -64,6 +66,20 @@ class Bindings(ast.NodeVisitor):
             # `data = request.wait()` inside `with stream(s):` (torchrec's input dist): the awaited work ends on s,
             # so what it hands back is s's to order, like a kernel's output.
             self._access("write", target, *end, "wait", at=end, fresh=True)
+
+    def _derived(self, target: ast.AST, value: ast.AST) -> None:
+        """`local = [op for op in self.ops if ...]`, `view = req.dest[a:b]`, `op = self.ops[k]`: the local holds
+        elements or a view of that path (FunctionFacts.derived). Not a call's result (a new tensor or anything)."""
+        if not isinstance(target, ast.Name):
+            return
+        if isinstance(value, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            sources = [p for generator in value.generators for p in iterated(generator.iter)]
+        elif isinstance(value, (ast.Subscript, ast.Attribute)) or isinstance(value, ast.Call) and isinstance(
+                value.func, ast.Attribute) and value.func.attr in VIEW_METHODS:
+            sources = [p for p in [access_path(value)] if p]
+        else:
+            return
+        self.fn.derived.extend((target.id, source, target.lineno) for source in sources if source != target.id)
 
     def _stream_attribute_value(self, node: ast.Assign) -> bool:
         """`self.<attr> = ...` worth keeping as a stream binding: the attribute's name says stream, or the value

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ast
 
-from .extract_paths import dotted
+from .extract_paths import dotted, iterated
 from .facts import Region
 from .options import matches_name
 
@@ -80,6 +80,10 @@ class RegionsAndBlocks(ast.NodeVisitor):
     def visit_For(self, node: ast.For | ast.AsyncFor) -> None:
         self.visit(node.iter)
         self.visit(node.target)
+        if self.detailed:
+            sources = iterated(node.iter)
+            for name in (n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)):
+                self.fn.derived.extend((name, source, node.lineno) for source in sources if source != name)
         self._visit_block(node.body, guarded=False)  # a loop over handles or params: taken to run
         self._visit_block(node.orelse)
 

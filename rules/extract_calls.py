@@ -24,6 +24,7 @@ from .options import matches_name
 from .torch_api import INIT_FUNCTIONS, TENSOR_INPLACE_METHODS, TENSOR_METHODS
 
 PYTHON_BUILTINS = frozenset(name for name in dir(builtins) if not name.startswith("_"))
+HOST_CHECKS = ("log", "warn", "print", "assert")  # callee names (less leading `_`) that only look at their arguments
 
 
 class CallsAndAccesses(ast.NodeVisitor):
@@ -113,8 +114,9 @@ class CallsAndAccesses(ast.NodeVisitor):
         pair stays in this function; never a builtin (`len(x)`, `isinstance(x, T)`), a logger, or a constructor
         (`Batch(x, y)` stores them for whoever takes the object: the hand-off is that one's)."""
         receiver = dotted(node.func.value).rsplit(".", 1)[-1] if isinstance(node.func, ast.Attribute) else ""
+        name = callee.rsplit(".", 1)[-1].lstrip("_")  # `_assert_in_training_states(state, ...)` checks on the host
         if callee in PYTHON_BUILTINS or callee.lstrip("_")[:1].isupper() or receiver in ("logger", "logging") \
-                or callee.startswith(("log", "warn", "print", "assert")):
+                or name.startswith(HOST_CHECKS):
             return
         # ... and locals taken out of a container that another function filled (torchrec's
         # `data = self._context.module_input_post_prefetch.pop(name)`): read as that container (_access).
@@ -144,6 +146,8 @@ class CallsAndAccesses(ast.NodeVisitor):
         """`torch.cat`, `F.linear` (F imported from torch), `cat` imported from torch: a device op on its args."""
         head = callee.split(".", 1)[0]
         target = self.facts.imports.get(head, "")
+        if callee.rsplit(".", 1)[-1].lstrip("_").startswith(HOST_CHECKS):
+            return False  # torch's own helpers (`_assert_in_training_states(state, ...)` in FSDP): host checks
         return target == "torch" or target.startswith("torch.")
 
     def _sync_kind(self, node: ast.Call, callee: str, method: str | None, receiver: str) -> str:

@@ -211,6 +211,10 @@ class FunctionFacts:
     # (local, container path, line): `data = self._context.batches.pop(k)` takes an element out of a container
     # another function may have filled on a side stream (free_after_handoff.py).
     taken: list[tuple[str, str, int]] = field(default_factory=list)
+    # (local, path, line): a local bound to elements or a view of another path (`for op in self.recv_ops`,
+    # `local = [op for op in self.ops if ...]`, `view = req.dest[a:b]`): what is written through the local is
+    # written into that path (outside_consumers.py).
+    derived: list[tuple[str, str, int]] = field(default_factory=list)
 
     _parts = {
         "calls": Call, "accesses": Access, "syncs": Sync, "regions": Region, "uses": Use, "placements": Placement,
@@ -235,6 +239,7 @@ class FunctionFacts:
         kwargs["guarded"] = [tuple(b) for b in data.get("guarded", ())]
         kwargs["loops"] = [tuple(b) for b in data.get("loops", ())]
         kwargs["taken"] = [tuple(t) for t in data.get("taken", ())]
+        kwargs["derived"] = [tuple(t) for t in data.get("derived", ())]
         for key, kind in cls._parts.items():
             kwargs[key] = [_build(kind, item) for item in data.get(key, ())]
         return cls(**kwargs)

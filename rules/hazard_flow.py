@@ -16,7 +16,7 @@ from weakref import WeakKeyDictionary
 
 from .facts import AsyncCopy, FunctionFacts, Placement, Use
 from .program import Function, Program
-from .races import exits_before
+from .races import exclusive, exits_before
 from .streams import HOST
 from .summaries import performed
 
@@ -28,16 +28,6 @@ HOST_WORDS = ("cpu", "pinned", "pin_", "host")
 DEVICE_WORDS = ("gpu", "cuda", "device")
 
 _class_placements: "WeakKeyDictionary[Program, dict]" = WeakKeyDictionary()
-
-
-def exclusive(facts: FunctionFacts, first: int, second: int) -> bool:
-    """Whether lines `first` and `second` are in the two arms of one if/else."""
-    for body_start, body_end, else_start, else_end in facts.branches:
-        if body_start <= first <= body_end and else_start <= second <= else_end:
-            return True
-        if else_start <= first <= else_end and body_start <= second <= body_end:
-            return True
-    return False
 
 
 def uses_after(facts: FunctionFacts, path: str, line: int, end_line: int | None = None) -> Iterator[Use]:

@@ -19,11 +19,14 @@ from streamcheck.findings import ROLE_WRITE, Finding
 from .collectives import launched_async
 from .extract import ALIAS
 from .facts import NO_REGION, Access
-from .orderings import orderings_of, waits_for
+from .orderings import EVENT, orderings_of, recorded_streams, waits_for
 from .program import Function, Program
-from .races import Context, contexts, matching, ordered_after
+from .races import Context, contexts, exclusive, matching, ordered_after
 from .rule import insert_edit, location, way_of
-from .streams import CURRENT_STREAM, UNKNOWN, as_code, display, stream_words, writable
+from .streams import CURRENT_STREAM, PARAM, UNKNOWN, as_code, display, handed_in, stream_words, writable
+
+
+DERIVED_STEPS = 4  # `op` <- `by_id` <- `local_recvs` <- `self.recv_ops` (Megatron's NCCL copy service)
 
 
 def writes_for_outside_consumers(program: Program, rule_id: str) -> Iterable[Finding]:
@@ -34,7 +37,7 @@ def writes_for_outside_consumers(program: Program, rule_id: str) -> Iterable[Fin
         if next(matching(program, writer, write, "read"), None) is not None or launched_async(writer, write):
             continue  # a reader in the scan (the main query pairs the two), or a handle that carries the edge
         for ctx in contexts(program, writer, write):
-            if ctx.stream in (CURRENT_STREAM, UNKNOWN) or _ever_waited_for(program, ctx.stream):
+            if ctx.stream in (CURRENT_STREAM, UNKNOWN) or _ever_waited_for(program, ctx.stream, writer):
                 continue
             if ordered_after(program, ctx, ctx.stream, CURRENT_STREAM, frozenset()):
                 continue
@@ -46,19 +49,44 @@ def writes_for_outside_consumers(program: Program, rule_id: str) -> Iterable[Fin
 
 
 def _handed_out(writer: Function, write: Access) -> bool:
-    """Written into what outlives the call: an attribute of `self`, or a tensor a parameter holds."""
-    root = write.path.split(".", 1)[0]
-    return write.path.startswith("self.") or (root in writer.facts.params and root not in ("self", "cls")
-                                              and not write.owner)
+    """Written into what outlives the call: an attribute of `self`, or a tensor a parameter holds, also through
+    locals holding their elements or views (`for op in self.recv_ops: op.tensor.copy_(...)`, a few steps)."""
+    if write.owner:
+        return False
+    paths, seen = [write.path], set()
+    for _ in range(DERIVED_STEPS):
+        roots = {p.split(".", 1)[0] for p in paths} - seen
+        if any(p.startswith("self.") for p in paths) or roots & (set(writer.facts.params) - {"self", "cls"}):
+            return True
+        seen |= roots
+        paths = [source for local, source, line in writer.facts.derived
+                 if local in roots and line <= write.line and not exclusive(writer.facts, line, write.line)]
+        if not paths:
+            return False
+    return False
 
 
-def _ever_waited_for(program: Program, stream: str) -> bool:
+def _ever_waited_for(program: Program, stream: str, writer: Function) -> bool:
+    """Some code waits for `stream`: a wait naming it (or an event recorded on it) anywhere, or in the writer's own
+    file a wait that may cover it (a device-wide synchronize, a stream handed in, an event recorded elsewhere).
+    Such a wait in another module (a checkpoint saver's synchronize, another class's pipeline events) says
+    nothing about this stream."""
     waited = program.memo("outside_consumers.waited", lambda: {})
-    if stream not in waited:
-        waited[stream] = any(
-            o.waiter != stream and waits_for(program, o, stream)
+    # A stream handed in (a parameter, a constructor's argument) is whichever one the caller picks, waited for
+    # on the caller's paths: any wait that may cover it counts, wherever it is.
+    key = (stream, "" if stream.startswith(PARAM) or handed_in(program, stream) else writer.file.path)
+    if key not in waited:
+        waited[key] = any(
+            o.waiter != stream and waits_for(program, o, stream) and (not key[1] or function.file is writer.file
+                                                                      or _names(program, o, stream))
             for function in program.functions.values() for o in orderings_of(program, function))
-    return waited[stream]
+    return waited[key]
+
+
+def _names(program: Program, ordering, stream: str) -> bool:
+    if ordering.target == stream:
+        return True
+    return ordering.target.startswith(EVENT) and stream in recorded_streams(program, ordering.target[len(EVENT):])
 
 
 def _finding(program: Program, rule_id: str, writer: Function, write: Access, ctx: Context) -> Finding:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Iterator
 
 from .aliasing import access_keys, same_element
 from .callgraph import Edge, Function
-from .facts import NO_REGION, Access
+from .facts import NO_REGION, Access, FunctionFacts
 from .orderings import EVENT, Ordering, ordered_by, orderings_of, recording_stream, site_stream
 from .streams import CURRENT_STREAM, PARAM, UNKNOWN, display
 from .summaries import call_orderings
@@ -75,7 +75,8 @@ def ordered_between(program: "Program", function: Function, after: Position, bef
     `later` launched afterwards follow earlier work of stream `earlier`. `frame` is the stream the function's
     own current stream stands for (a region's, when a chain of calls from it reached the function)."""
     def between(line: int, column: int) -> bool:
-        return after < (line, column) < before and not exits_before(function, line, before[0])
+        return after < (line, column) < before and not exits_before(function, line, before[0]) \
+            and not exclusive(function.facts, line, before[0]) and not exclusive(function.facts, after[0], line)
 
     def in_frame(ordering: Ordering) -> Ordering:
         if frame == CURRENT_STREAM:
@@ -95,6 +96,17 @@ def exits_before(function: Function, line: int, target: int) -> bool:
     """Whether code at `line` sits in a block that returns (or raises, continues, breaks) without reaching
     `target`: then it is on no path to it."""
     return any(first <= line <= last and not first <= target <= last for first, last in function.facts.exits)
+
+
+def exclusive(facts: FunctionFacts, first: int, second: int) -> bool:
+    """Whether lines `first` and `second` are in the two arms of one if/else: code in one never runs with the
+    other (an ordering in one arm orders nothing for the other's code)."""
+    for body_start, body_end, else_start, else_end in facts.branches:
+        if body_start <= first <= body_end and else_start <= second <= else_end:
+            return True
+        if else_start <= first <= else_end and body_start <= second <= body_end:
+            return True
+    return False
 
 
 def ordered_after(program: "Program", context: Context, earlier: str, later: str,
@@ -229,8 +241,8 @@ def unordered(program: "Program", first: Context, second: Context) -> bool:
         return False
     (first_fn, first_at), (second_fn, second_at) = _anchor(first), _anchor(second)
     if first_fn is second_fn:
-        if first_at >= second_at:
-            return False
+        if first_at >= second_at or exclusive(first_fn.facts, first_at[0], second_at[0]):
+            return False  # the other direction, or the two arms of one if/else (one of them runs)
         if ordered_between(program, first_fn, first_at, second_at, first.stream, second.stream):
             return False
         if first.chain and ordered_between(program, first.function, first.position, END, first.stream,

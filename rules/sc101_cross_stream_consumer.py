@@ -84,6 +84,23 @@ class CrossStreamConsumer(Rule):
     summary = "tensor written on one stream is consumed on another stream without a wait or synchronize"
 
     VALID = [
+        # The copy service's fixed twin: the current stream waits for the copy stream before `run` returns.
+        """
+import torch
+
+class CopyService:
+    def __init__(self):
+        self.recvs = []
+        self._copy_stream = torch.cuda.Stream()
+
+    def run(self, sends):
+        local = [op for op in self.recvs if op[0] in sends]
+        self._copy_stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self._copy_stream):
+            for key, tensor in local:
+                tensor.copy_(sends[key], non_blocking=True)
+        torch.cuda.current_stream().wait_stream(self._copy_stream)
+""",
         # The consumer stream waits before entering the region.
         """
 import torch
@@ -505,6 +522,23 @@ def gather(shard, out, side):
     with torch.cuda.stream(side):
         dist.all_gather_into_tensor(out, shard)  # expect: SC101
     return out.sum()
+""",
+        # Elements of an attribute's list, reached through a filtered copy and a loop, written on a copy stream
+        # that nothing ever waits for (Megatron's NCCL copy service without its final `wait_stream`).
+        """
+import torch
+
+class CopyService:
+    def __init__(self):
+        self.recvs = []
+        self._copy_stream = torch.cuda.Stream()
+
+    def run(self, sends):
+        local = [op for op in self.recvs if op[0] in sends]
+        self._copy_stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self._copy_stream):
+            for key, tensor in local:
+                tensor.copy_(sends[key], non_blocking=True)  # expect: SC101
 """,
         # An input of the function, written by code outside the scan on the current stream, read on a side stream
         # that never waited for it (outside_producers.py).
