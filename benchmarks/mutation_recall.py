@@ -87,8 +87,11 @@ def static_engine():
 
 
 def finding_id(finding) -> tuple:
+    """A finding as the same one before and after a deletion: its place, its related places and the tensor it is
+    about (two findings at one line about two tensors are two findings: the copy service's source and target)."""
     related = tuple((loc.role, loc.path, loc.line) for loc in finding.related)
-    return (finding.rule, finding.kind, finding.primary.path, finding.primary.line, related)
+    return (finding.rule, finding.kind, finding.primary.path, finding.primary.line, related,
+            (finding.extra or {}).get("path", ""))
 
 
 def locations(finding):

@@ -71,6 +71,8 @@ class RegionsAndBlocks(ast.NodeVisitor):
         self.blocks.pop()
         if _ends_in_exit(body[-1]):
             self.fn.exits.append(block)
+            if _ends_in_exit(body[-1], (ast.Return,)):
+                self.fn.returns.append(block)
 
     def visit_If(self, node: ast.If) -> None:
         self.visit(node.test)
@@ -135,13 +137,16 @@ def _only_if_it_exists(node: ast.If) -> bool:
             and isinstance(stmt.value.func, ast.Attribute) and ast.dump(stmt.value.func.value) == ast.dump(test))
 
 
-def _ends_in_exit(stmt: ast.AST) -> bool:
-    """A statement after which the block never goes on: a return, raise, continue or break, also as the end of a
-    `with` body or of both arms of an if/else."""
-    if isinstance(stmt, (ast.Return, ast.Raise, ast.Continue, ast.Break)):
+EXITS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
+
+
+def _ends_in_exit(stmt: ast.AST, kinds: tuple[type, ...] = EXITS) -> bool:
+    """A statement after which the block never goes on: a return, raise, continue or break (or only `kinds`),
+    also as the end of a `with` body or of both arms of an if/else."""
+    if isinstance(stmt, kinds):
         return True
     if isinstance(stmt, (ast.With, ast.AsyncWith)):
-        return bool(stmt.body) and _ends_in_exit(stmt.body[-1])
+        return bool(stmt.body) and _ends_in_exit(stmt.body[-1], kinds)
     if isinstance(stmt, ast.If):
-        return bool(stmt.orelse) and _ends_in_exit(stmt.body[-1]) and _ends_in_exit(stmt.orelse[-1])
+        return bool(stmt.orelse) and _ends_in_exit(stmt.body[-1], kinds) and _ends_in_exit(stmt.orelse[-1], kinds)
     return False

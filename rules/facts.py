@@ -203,6 +203,8 @@ class FunctionFacts:
     # (first, last) line of conditional blocks that end in return / raise / continue / break: code in one never
     # runs before code after it.
     exits: list[tuple[int, int]] = field(default_factory=list)
+    # ... of them, those that end in `return`: the caller gets the results there, before code after the block.
+    returns: list[tuple[int, int]] = field(default_factory=list)
     # (first, last) line of blocks under a condition (if/else, except, case; not loop bodies): what a caller can
     # count on a call to do leaves these out (summaries.py).
     guarded: list[tuple[int, int]] = field(default_factory=list)
@@ -236,6 +238,7 @@ class FunctionFacts:
         kwargs["self_assigns"] = list(data.get("self_assigns", ()))
         kwargs["branches"] = [tuple(b) for b in data.get("branches", ())]
         kwargs["exits"] = [tuple(b) for b in data.get("exits", ())]
+        kwargs["returns"] = [tuple(b) for b in data.get("returns", ())]
         kwargs["guarded"] = [tuple(b) for b in data.get("guarded", ())]
         kwargs["loops"] = [tuple(b) for b in data.get("loops", ())]
         kwargs["taken"] = [tuple(t) for t in data.get("taken", ())]

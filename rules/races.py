@@ -73,10 +73,12 @@ def ordered_between(program: "Program", function: Function, after: Position, bef
                     later: str, frame: str = CURRENT_STREAM) -> bool:
     """An ordering in `function` strictly between two positions (on any path) that makes work of stream
     `later` launched afterwards follow earlier work of stream `earlier`. `frame` is the stream the function's
-    own current stream stands for (a region's, when a chain of calls from it reached the function)."""
+    own current stream stands for (a region's, when a chain of calls from it reached the function). Up to the
+    function's END, an ordering after a block that returns (`if not remote: return`) is not on every way out."""
     def between(line: int, column: int) -> bool:
         return after < (line, column) < before and not exits_before(function, line, before[0]) \
-            and not exclusive(function.facts, line, before[0]) and not exclusive(function.facts, after[0], line)
+            and not exclusive(function.facts, line, before[0]) and not exclusive(function.facts, after[0], line) \
+            and not (before == END and returned_before(function, after[0], line))
 
     def in_frame(ordering: Ordering) -> Ordering:
         if frame == CURRENT_STREAM:
@@ -96,6 +98,11 @@ def exits_before(function: Function, line: int, target: int) -> bool:
     """Whether code at `line` sits in a block that returns (or raises, continues, breaks) without reaching
     `target`: then it is on no path to it."""
     return any(first <= line <= last and not first <= target <= last for first, last in function.facts.exits)
+
+
+def returned_before(function: Function, line: int, target: int) -> bool:
+    """Whether a block that returns ends after `line` and before `target`: a way out between them."""
+    return any(line <= last < target for _first, last in function.facts.returns)
 
 
 def exclusive(facts: FunctionFacts, first: int, second: int) -> bool:

@@ -99,3 +99,72 @@ def test_a_stream_captured_at_construction_is_not_the_stream_a_later_call_runs_o
         "    def pack_tensor", "    @property\n            def s0(self):\n                return torch.cuda.current_stream()\n\n"
         "            def pack_tensor")
     assert "def s0" in as_property and _found(as_property) == []
+
+
+COPY_SERVICE = """
+    import torch
+    from executor import Executor
+
+    class CopyService:
+        def __init__(self):
+            self.recvs = {}
+            self.remote = Executor()
+            self._copy_stream = torch.cuda.Stream()
+
+        def run(self, sources):
+            local = [(key, dst) for key, dst in self.recvs.items() if key in sources]
+            self._copy_stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(self._copy_stream):
+                for key, dst in local:
+                    dst.copy_(sources[key], non_blocking=True)
+            AFTER_COPIES
+            if not self.remote.pending:
+                return
+            self.remote.execute()
+"""
+
+# The remote half, in another module: it waits for everything (Megatron's NVSHMEM executor), but only on the path
+# that does not return first.
+EXECUTOR = """
+    import torch
+
+    class Executor:
+        def execute(self):
+            torch.cuda.synchronize()
+"""
+
+
+def _copy_service_findings(after_copies: str, executor: str = EXECUTOR):
+    source = COPY_SERVICE.replace("AFTER_COPIES", after_copies)
+    found = [(f.rule, f.kind, f.primary.path, f.primary.line, f.extra["path"], f.extra.get("consumer", ""))
+             for f in findings_of({"service.py": source, "executor.py": executor}, select={"SC101"})]
+    return found, line_of(source, "dst.copy_")
+
+
+def test_elements_of_an_attribute_written_on_a_copy_stream_are_handed_out_and_an_early_return_skips_the_sync():
+    # `dst` is an element of `self.recvs` through a filtered copy and a loop (FunctionFacts.derived); the only
+    # wait for the copy stream (the executor's synchronize) is after `if ...: return`, so not on every way out.
+    found, line = _copy_service_findings(after_copies="pass")
+    assert found == [("SC101", "RAW", "service.py", line, "dst", "outside")]
+
+
+def test_the_wait_before_the_early_return_orders_the_copies():
+    found, _ = _copy_service_findings(after_copies="torch.cuda.current_stream().wait_stream(self._copy_stream)")
+    assert found == []
+
+
+def test_a_device_wide_synchronize_in_another_module_is_no_wait_for_this_stream():
+    # Without the early return the executor's synchronize follows the copies on the way out: ordered.
+    no_return = COPY_SERVICE.replace("            if not self.remote.pending:\n                return\n", "")
+    found = [f.primary.line for f in findings_of({"service.py": no_return.replace("AFTER_COPIES", "pass"),
+                                                  "executor.py": EXECUTOR}, select={"SC101"})]
+    assert found == []
+    # A synchronize in an unrelated module (a checkpoint saver) says nothing about the copy stream.
+    saver = "import torch\n\ndef save(state):\n    torch.cuda.synchronize()\n    return state\n"
+    lone = COPY_SERVICE.replace("            if not self.remote.pending:\n                return\n"
+                                "            self.remote.execute()\n", "")
+    found, line = (
+        [(f.primary.line, f.extra["path"]) for f in findings_of(
+            {"service.py": lone.replace("AFTER_COPIES", "pass"), "saver.py": saver}, select={"SC101"})],
+        line_of(lone.replace("AFTER_COPIES", "pass"), "dst.copy_"))
+    assert found == [(line, "dst")]
