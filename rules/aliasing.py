@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import ast
 
-from .facts import Access
+from .facts import Access, exclusive
 from .program import Function, Program
 
 
@@ -33,6 +33,29 @@ def access_keys(program: Program, function: Function, access: Access) -> set[tup
     else:
         keys.add(("local", function.id, access.path))
     return keys
+
+
+DERIVED_STEPS = 4  # `op` <- `by_id` <- `local_recvs` <- `self.recv_ops` (Megatron's NCCL copy service)
+
+
+def from_outside(function: Function, access: Access) -> bool:
+    """Whether the access touches what outlives the call: an attribute of `self`, a tensor a parameter holds, or
+    their elements and views held by locals (`for op in self.recv_ops: op.tensor.copy_(...)`, a few steps of
+    FunctionFacts.derived bound before the access, not in the other arm of an if/else)."""
+    if access.owner:
+        return False
+    params = set(function.facts.params) - {"self", "cls"}
+    paths, seen = [access.path], set()
+    for _ in range(DERIVED_STEPS):
+        roots = {p.split(".", 1)[0] for p in paths} - seen
+        if any(p.startswith("self.") for p in paths) or roots & params:
+            return True
+        seen |= roots
+        paths = [source for local, source, line in function.facts.derived
+                 if local in roots and line <= access.line and not exclusive(function.facts, line, access.line)]
+        if not paths:
+            return False
+    return False
 
 
 def same_element(first: Access, second: Access) -> bool:

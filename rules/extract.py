@@ -122,6 +122,7 @@ class _FactsVisitor(CallsAndAccesses, Bindings, RegionsAndBlocks, ast.NodeVisito
         self.frames: list[tuple[str, set[str]]] = [(MODULE_SCOPE, set())]
         self.pending_attr_functions: list[tuple[str, str, str, int]] = []  # attr, name, scope, line
         self.taken_from: dict[int, dict[str, str]] = {}  # per function: local -> the container it came out of
+        self.aliases: dict[int, dict[str, str]] = {}  # per function: local -> the parameter or attribute it names
         self.awaited_containers: dict[int, set[str]] = {}  # per function: local dicts of awaited results
         self.written_locals: dict[int, set[str]] = {}  # per function: the plain names it has written so far
         self.defined: set[str] = set()
@@ -307,7 +308,9 @@ def _drop_unwritten_locals(fn: FunctionFacts) -> None:
     """A plain local name only matters to the rules when the same function writes it: keep the facts small."""
     written = {a.path for a in fn.accesses if a.kind == "write" and "." not in a.path}
     params = set(fn.params)  # what a helper does to its parameters is what its callers do (summaries.py)
-    fn.accesses = [a for a in fn.accesses if "." in a.path or a.path in written or a.owner or a.path in params]
+    derived = {local for local, _source, _line in fn.derived}  # an element of an input (aliasing.from_outside)
+    fn.accesses = [a for a in fn.accesses
+                   if "." in a.path or a.path in written or a.owner or a.path in params or a.path in derived]
 
 
 def _child_fields(kind: type) -> tuple[tuple[str, bool], ...]:

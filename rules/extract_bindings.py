@@ -9,7 +9,8 @@ from dataclasses import replace
 
 from .extract_names import (COPYING_METHODS, HOST_ONLY_FUNCTIONS, NOT_PRODUCERS, NOT_TENSOR_WORDS, PRODUCING_METHODS,
                             VIEW_METHODS)
-from .extract_paths import access_path, dotted, elements, iterated
+from .extract_handles import loop_bindings
+from .extract_paths import access_path, dotted, elements
 from .facts import MODULE_SCOPE, NO_REGION, AttrFunction, Sync
 from .streams import captures_current
 from .torch_api import TORCH_CALLABLES
@@ -73,9 +74,12 @@ class Bindings(ast.NodeVisitor):
         if not isinstance(target, ast.Name):
             return
         if isinstance(value, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
-            sources = [p for generator in value.generators for p in iterated(generator.iter)]
-        elif isinstance(value, (ast.Subscript, ast.Attribute)) or isinstance(value, ast.Call) and isinstance(
+            sources = [p for generator in value.generators
+                       for _name, paths in loop_bindings(generator.target, generator.iter, access_path)[0]
+                       for p in paths]
+        elif isinstance(value, ast.Subscript) or isinstance(value, ast.Call) and isinstance(
                 value.func, ast.Attribute) and value.func.attr in VIEW_METHODS:
+            # (not `n = batch.num_reqs`: an attribute is as often a number or an object as a tensor)
             sources = [p for p in [access_path(value)] if p]
         else:
             return
@@ -95,8 +99,19 @@ class Bindings(ast.NodeVisitor):
         so the container is written there too; `dev, buf = self.saved.pop(k)` (or `[k]`, `.get(k)`,
         `.popleft()`) makes `buf` the container's element from then on (taken_from: _access reads it so)."""
         taken = self.taken_from.setdefault(id(self.fn), {})
+        aliases = self.aliases.setdefault(id(self.fn), {})
         for name in [t.id for t in elements(target) if isinstance(t, ast.Name)]:
             taken.pop(name, None)  # bound again: no longer what it was taken from
+            aliases.pop(name, None)
+        source = access_path(value) if isinstance(target, ast.Name) and isinstance(value, (ast.Name, ast.Attribute)) \
+            else None
+        root = source.split(".", 1)[0] if source else ""
+        if source and (root in ("self", "cls") or root in taken) and root != target.id:
+            # `state = self._slot_mapping_staging`, `draft: torch.Tensor = self._draft_token_ids` (vLLM's HiSparse
+            # and model runner): another name for that attribute from here on; `_access` reads the local as it.
+            # (Not a parameter: `t = data` may be host data as often as a tensor, vLLM's `async_tensor_h2d`.)
+            aliases[target.id] = source
+            return
         if isinstance(target, ast.Attribute) and isinstance(value, ast.Name) and self.region == NO_REGION \
                 and value.id in self.written_locals.get(id(self.fn), set()):
             # `self._out = out` after `out` was written inside `with stream(s):` (torchrec's maglev awaitable
@@ -199,6 +214,8 @@ class Bindings(ast.NodeVisitor):
     def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
         self._note_self_assigns([node.target])
         self.generic_visit(node)
+        if self.detailed and node.value is not None:
+            self._through_container(node.target, node.value)  # `x: torch.Tensor = self._x` binds as `x = ...`
 
     def _note_self_assigns(self, targets: list[ast.AST]) -> None:
         if self.fn.cls is None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import ast
 
-from .extract_paths import dotted, iterated
+from .extract_handles import loop_bindings
+from .extract_paths import access_path, dotted
 from .facts import Region
 from .options import matches_name
 
@@ -82,9 +83,8 @@ class RegionsAndBlocks(ast.NodeVisitor):
     def visit_For(self, node: ast.For | ast.AsyncFor) -> None:
         self.visit(node.iter)
         self.visit(node.target)
-        if self.detailed:
-            sources = iterated(node.iter)
-            for name in (n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)):
+        if self.detailed:  # `for op in self.recv_ops`: op is an element of self.recv_ops (FunctionFacts.derived)
+            for name, sources in loop_bindings(node.target, node.iter, access_path)[0]:
                 self.fn.derived.extend((name, source, node.lineno) for source in sources if source != name)
         self._visit_block(node.body, guarded=False)  # a loop over handles or params: taken to run
         self._visit_block(node.orelse)

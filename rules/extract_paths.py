@@ -47,23 +47,6 @@ def access_path(node: ast.AST) -> str | None:
     return None
 
 
-def iterated(node: ast.AST) -> list[str]:
-    """The paths a `for` (or a comprehension) takes its elements from: `x` in `for v in x`, `x.items()`,
-    `enumerate(x)`, `zip(x, y)` (both), `sorted(x)`; none for anything else."""
-    if isinstance(node, ast.Call):
-        func = node.func
-        if isinstance(func, ast.Name) and func.id in _ELEMENT_PRESERVING and not node.keywords:
-            return [p for arg in node.args for p in iterated(arg)]
-        if isinstance(func, ast.Attribute) and func.attr in ("items", "values") and not node.args:
-            return iterated(func.value)
-        return []
-    path = access_path(node)
-    return [path] if path else []
-
-
-_ELEMENT_PRESERVING = frozenset({"enumerate", "zip", "reversed", "sorted", "list", "tuple", "iter"})
-
-
 def arg_text(expr: ast.AST) -> str:
     """A call argument as an access path with its element index (`bufs[i]`), or "" when it is none."""
     path = access_path(expr)

@@ -304,6 +304,16 @@ class FileFacts:
         )
 
 
+def exclusive(facts: FunctionFacts, first: int, second: int) -> bool:
+    """Whether lines `first` and `second` are in the two arms of one if/else: code in one never runs with the
+    other (an ordering in one arm orders nothing for the other's code)."""
+    for body_start, body_end, else_start, else_end in facts.branches:
+        if body_start <= first <= body_end and else_start <= second <= else_end:
+            return True
+        if else_start <= first <= else_end and body_start <= second <= body_end:
+            return True
+    return False
+
 
 def quick_init(kind: type) -> type:
     """Give a frozen dataclass an `__init__` that sets its fields through one `object.__setattr__` bound once (the

@@ -24,7 +24,8 @@ from typing import Iterable, NamedTuple
 from streamcheck.findings import ROLE_STREAM_CONTEXT, ROLE_WRITE, Finding
 
 from .facts import NO_REGION, RETURNED, Access, Placement, Use
-from .hazard_flow import exclusive, where
+from .facts import exclusive
+from .hazard_flow import where
 from .orderings import orderings_of, site_stream
 from .program import Function, Program
 from .races import CALLER_LEVELS, START, Position, ordered_between

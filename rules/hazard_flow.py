@@ -14,9 +14,9 @@ from __future__ import annotations
 from typing import Iterator
 from weakref import WeakKeyDictionary
 
-from .facts import AsyncCopy, FunctionFacts, Placement, Use
+from .facts import AsyncCopy, FunctionFacts, Placement, Use, exclusive
 from .program import Function, Program
-from .races import exclusive, exits_before
+from .races import exits_before
 from .streams import HOST
 from .summaries import performed
 

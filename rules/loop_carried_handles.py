@@ -14,7 +14,7 @@ tensor in the next iteration. A wait of the handle after the launch in the same 
 from __future__ import annotations
 
 from .facts import AsyncWork, Use
-from .hazard_flow import exclusive
+from .facts import exclusive
 from .program import Function, Program
 from .travelling_handles import MENTIONS, TOUCHES
 

@@ -16,23 +16,21 @@ from typing import Iterable
 
 from streamcheck.findings import ROLE_WRITE, Finding
 
+from .aliasing import from_outside
 from .collectives import launched_async
 from .extract import ALIAS
 from .facts import NO_REGION, Access
 from .orderings import EVENT, orderings_of, recorded_streams, waits_for
 from .program import Function, Program
-from .races import Context, contexts, exclusive, matching, ordered_after
+from .races import Context, contexts, matching, ordered_after
 from .rule import insert_edit, location, way_of
 from .streams import CURRENT_STREAM, PARAM, UNKNOWN, as_code, display, handed_in, stream_words, writable
-
-
-DERIVED_STEPS = 4  # `op` <- `by_id` <- `local_recvs` <- `self.recv_ops` (Megatron's NCCL copy service)
 
 
 def writes_for_outside_consumers(program: Program, rule_id: str) -> Iterable[Finding]:
     reported: set[tuple[str, int]] = set()
     for writer, write in program.all_accesses():
-        if write.kind != "write" or write.op == ALIAS or write.region == NO_REGION or not _handed_out(writer, write):
+        if write.kind != "write" or write.op == ALIAS or write.region == NO_REGION or not from_outside(writer, write):
             continue
         if next(matching(program, writer, write, "read"), None) is not None or launched_async(writer, write):
             continue  # a reader in the scan (the main query pairs the two), or a handle that carries the edge
@@ -46,24 +44,6 @@ def writes_for_outside_consumers(program: Program, rule_id: str) -> Iterable[Fin
                 reported.add(key)
                 yield _finding(program, rule_id, writer, write, ctx)
             break
-
-
-def _handed_out(writer: Function, write: Access) -> bool:
-    """Written into what outlives the call: an attribute of `self`, or a tensor a parameter holds, also through
-    locals holding their elements or views (`for op in self.recv_ops: op.tensor.copy_(...)`, a few steps)."""
-    if write.owner:
-        return False
-    paths, seen = [write.path], set()
-    for _ in range(DERIVED_STEPS):
-        roots = {p.split(".", 1)[0] for p in paths} - seen
-        if any(p.startswith("self.") for p in paths) or roots & (set(writer.facts.params) - {"self", "cls"}):
-            return True
-        seen |= roots
-        paths = [source for local, source, line in writer.facts.derived
-                 if local in roots and line <= write.line and not exclusive(writer.facts, line, write.line)]
-        if not paths:
-            return False
-    return False
 
 
 def _ever_waited_for(program: Program, stream: str, writer: Function) -> bool:

@@ -17,6 +17,7 @@ from typing import Iterable, NamedTuple
 
 from streamcheck.findings import ROLE_READ, Finding
 
+from .aliasing import from_outside
 from .extract_names import NOT_TENSOR_WORDS
 from .facts import Access
 from .hazard_flow import HOST_WORDS
@@ -83,16 +84,14 @@ def reads_of_outside_producers(program: Program, rule_id: str) -> Iterable[Findi
 def _producer(program: Program, reader: Function, read: Access) -> str | None:
     if "." in read.path and read.path.rsplit(".", 1)[-1] in AUTOGRAD_OUTPUTS:
         return AUTOGRAD
-    root = read.path.split(".", 1)[0]
-    from_outside = read.path.startswith("self.") or (root in reader.facts.params and root not in ("self", "cls")
-                                                      and not read.owner)
+    outside = from_outside(reader, read)
     if read.op.split(" ", 1)[0] in NOT_ONLY_TENSOR_METHODS or read.op.split(" ", 1)[0] in ARITHMETIC:
         return None  # `self.queue.put(x)`, `module.float()`: no sign the receiver is a tensor at all
     if any(word in read.path.rsplit(".", 1)[-1].lower() for word in NOT_TENSOR_WORDS):
         return None  # `self.dp_process_group`, `world_size` handed down to a collective wrapper
     if _uploads(reader, read) or any(word in read.path.rsplit(".", 1)[-1].lower() for word in HOST_WORDS):
         return None  # `batch.to(device)`, `dst.copy_(host_buf)` on a copy stream: host memory, made by no stream
-    if from_outside and _tensor_position(reader, read) and not any(
+    if outside and _tensor_position(reader, read) and not any(
             not _rebound_later(reader, read, writer, write) for writer, write in matching(program, reader, read,
                                                                                           "write")):
         return OUTSIDE

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Iterator
 
 from .aliasing import access_keys, same_element
 from .callgraph import Edge, Function
-from .facts import NO_REGION, Access, FunctionFacts
+from .facts import NO_REGION, Access, exclusive
 from .orderings import EVENT, Ordering, ordered_by, orderings_of, recording_stream, site_stream
 from .streams import CURRENT_STREAM, PARAM, UNKNOWN, display
 from .summaries import call_orderings
@@ -103,17 +103,6 @@ def exits_before(function: Function, line: int, target: int) -> bool:
 def returned_before(function: Function, line: int, target: int) -> bool:
     """Whether a block that returns ends after `line` and before `target`: a way out between them."""
     return any(line <= last < target for _first, last in function.facts.returns)
-
-
-def exclusive(facts: FunctionFacts, first: int, second: int) -> bool:
-    """Whether lines `first` and `second` are in the two arms of one if/else: code in one never runs with the
-    other (an ordering in one arm orders nothing for the other's code)."""
-    for body_start, body_end, else_start, else_end in facts.branches:
-        if body_start <= first <= body_end and else_start <= second <= else_end:
-            return True
-        if else_start <= first <= else_end and body_start <= second <= body_end:
-            return True
-    return False
 
 
 def ordered_after(program: "Program", context: Context, earlier: str, later: str,
