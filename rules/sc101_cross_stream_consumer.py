@@ -84,6 +84,19 @@ class CrossStreamConsumer(Rule):
     summary = "tensor written on one stream is consumed on another stream without a wait or synchronize"
 
     VALID = [
+        # ... and its fixed twin: the copy stream waits for the current stream first.
+        """
+import torch
+
+def to_host(tensors, dtoh_stream):
+    copies = {}
+    dtoh_stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(dtoh_stream):
+        for name, value in tensors.items():
+            copies[name] = torch.empty(value.shape, device="cpu", pin_memory=True)
+            copies[name].copy_(value, non_blocking=True)
+    return copies
+""",
         # The copy service's fixed twin: the current stream waits for the copy stream before `run` returns.
         """
 import torch
@@ -539,6 +552,19 @@ class CopyService:
         with torch.cuda.stream(self._copy_stream):
             for key, tensor in local:
                 tensor.copy_(sends[key], non_blocking=True)  # expect: SC101
+""",
+        # The elements of an input, taken by a loop, read on a side stream that never waited for the current one
+        # (torchrec's deferrable metrics without their `wait_stream`).
+        """
+import torch
+
+def to_host(tensors, dtoh_stream):
+    copies = {}
+    with torch.cuda.stream(dtoh_stream):
+        for name, value in tensors.items():
+            copies[name] = torch.empty(value.shape, device="cpu", pin_memory=True)
+            copies[name].copy_(value, non_blocking=True)  # expect: SC101
+    return copies
 """,
         # An input of the function, written by code outside the scan on the current stream, read on a side stream
         # that never waited for it (outside_producers.py).
