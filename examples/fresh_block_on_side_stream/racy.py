@@ -1,10 +1,11 @@
-"""Racy (static only): a side stream fills a block the current stream has just allocated, before waiting for it.
+"""Racy: a side stream fills a block the current stream has just allocated, before waiting for it.
 
 `reload` allocates the buffer on the current stream and fills it on the copy stream. The caching allocator may hand
 out a block freed a moment ago (here `activation`, whose last reader is still queued on the current stream), so the
 upload can overwrite memory that reader still uses: DeepSpeed's optimizer-state reload waits for the compute stream
 for exactly this reason ("seen as NaN losses"). The scanner reports the write (SC106 WAR). The runtime detector
-starts a fresh history at each allocation, so it does not see this one (the GPU tests do not run this pair).
+starts a fresh history at each allocation, so it does not see the earlier tenant; it sees the same missing wait as
+the copy's write not ordered after the allocation's own write on the current stream (SC201 WAW).
 """
 
 import torch

@@ -51,9 +51,12 @@ ONE_GPU = {
     "future_wait_side": ("SC201", "RAW"),
     "view_as_metadata": ("SC201", "RAW"),
     "pinned_queue_handoff": ("SC203", "HOST"),
-    "host_read_after_return": ("SC203", "HOST"),  # session 5 (pools): not yet run on the device
-    "side_stream_overwrites_input": ("SC201", "WAR"),  # session 5 (pools): not yet run on the device
-    # (fresh_block_on_side_stream is static only: the detector starts a fresh history at each allocation)
+    "host_read_after_return": ("SC203", "HOST"),
+    "side_stream_overwrites_input": ("SC201", "WAR"),
+    # The scanner's WAR (the block's earlier tenant) is seen at runtime as the missing order between the
+    # allocation's own write on the current stream and the copy stream's write: the same missing wait, as a WAW
+    # (device call of session 6: benchmarks/results/issue18-s6-device1-tests.txt).
+    "fresh_block_on_side_stream": ("SC201", "WAW"),
 }
 
 
