@@ -6,8 +6,8 @@ The same training loop (benchmarks/frameworks_workloads.py) runs `--steps` steps
 one unmeasured step each:
 - plain: nothing installed;
 - passthrough: a TorchDispatchMode that only counts ops (what any Python per-op hook costs first);
-- hook_boxing: the hook's key in the thread's set, the hook not active: every op boxed, passed on unread (the floor
-  of a boxed fallback, before it looks at anything);
+- hook_boxing: the hook's key in the thread's set, the hook not active: every op passed on unread (the floor of
+  the hook before it looks at anything: boxed for every op but unboxed.h's, which are passed on unboxed);
 - hook_noop: the native hook active, its Python callback a no-op (C++ plans, ranges, boxing, one Python call);
 - trace_callbacks: torch's GPU trace callbacks routed to a Recorder, no per-op hook;
 - watch_null_sink: a full native watch whose Recorder feeds a sink that does nothing (the Python half, no detector);
@@ -16,9 +16,10 @@ one unmeasured step each:
 - window_closed: a watch with `steps=(10**6, 10**6 + 1)`: installed, never instrumenting;
 - window: `steps=(2, 4)` of the phase's steps (its findings are printed);
 - watch_mode: a full watch on the dispatch mode;
-- watch_slow_frames, watch_eager_frees, watch_before: a full native watch with one or all of the hook's newer
-  ways switched off (set_tuning: the frame walk of frame objects; frees inside an op taken under the GIL at once;
-  before: also no per-thread plan cache and no recycled shadows): what each saved, beside it in one process;
+- watch_slow_frames, watch_eager_frees, watch_boxed, watch_before: a full native watch with one or all of the
+  hook's newer ways switched off (set_tuning: the frame walk of frame objects; frees inside an op taken under the
+  GIL at once; every op boxed, unboxed.h's too; before: also no per-thread plan cache and no recycled shadows): what
+  each saved, beside it in one process;
 - csan: PyTorch's CUDA sanitizer (torch.cuda._sanitizer), last: it cannot be switched off.
 Printed per phase: median step (ms), ratio to plain, and (for phases that count ops) µs per op over plain.
 With `--rounds R` the phases take turns R times, each round in a rotated order (so no phase always follows the
@@ -48,8 +49,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))  # the workloads; streamcheck itsel
 PHASES = ("plain", "passthrough", "hook_boxing", "hook_noop", "trace_callbacks", "watch_null_sink", "watch",
           "watch_py_detector", "window_closed", "window", "watch_mode", "csan")
 TUNED = {"watch_slow_frames": {"fast_frames": False}, "watch_eager_frees": {"lazy_frees": False},
+         "watch_boxed": {"unboxed": False},
          "watch_before": {"fast_frames": False, "lazy_frees": False, "plan_cache": False,
-                          "recycle_shadows": False}}  # hook.cpp set_tuning: each switch off
+                          "recycle_shadows": False, "unboxed": False}}  # hook.cpp set_tuning: each switch off
 
 
 class NullSink:

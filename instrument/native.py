@@ -78,11 +78,12 @@ def load() -> Any:
                                   extra_include_paths=[str(SOURCE_DIR)], verbose=False)
 
         global memory_reports_in_cpp
-        # Each fallback gives up one more part that follows an interface outside our control: sites.h's walk of
-        # the interpreter's frames (CPython's internal frame header), collectives.h (c10d's headers), gpu_trace.h
-        # (torch's interpreter table). The next part then goes through Python (or frame objects) instead.
-        fallbacks = ["-DSTREAMCHECK_NO_FAST_FRAMES", "-DSTREAMCHECK_NO_CPP_COLLECTIVES",
-                     "-DSTREAMCHECK_NO_MEMORY_REPORTS"]
+        # Each fallback gives up one more part that follows an interface outside our control: unboxed.h's kernels
+        # (ATen's generated op headers), sites.h's walk of the interpreter's frames (CPython's internal frame
+        # header), collectives.h (c10d's headers), gpu_trace.h (torch's interpreter table). The next part then goes
+        # through the boxed fallback, Python (or frame objects) instead.
+        fallbacks = ["-DSTREAMCHECK_NO_UNBOXED", "-DSTREAMCHECK_NO_FAST_FRAMES",
+                     "-DSTREAMCHECK_NO_CPP_COLLECTIVES", "-DSTREAMCHECK_NO_MEMORY_REPORTS"]
         for given_up in range(len(fallbacks) + 1):
             try:
                 _module = build(fallbacks[:given_up])
@@ -90,7 +91,7 @@ def load() -> Any:
             except Exception:  # noqa: BLE001
                 if given_up == len(fallbacks):
                     raise
-        memory_reports_in_cpp = given_up < 3  # else the allocator's reports go through Python too
+        memory_reports_in_cpp = given_up < 4  # else the allocator's reports go through Python too
         from .op_table import roles_of_name
 
         _module.set_plan_source(roles_of_name)  # the one table of what each op touches (dispatch.py reads it too)

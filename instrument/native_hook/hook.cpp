@@ -115,16 +115,12 @@ void run_special(const Plan& plan, const c10::OperatorHandle& op, c10::DispatchK
   token = py::object();
 }
 
-void hook(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
-  c10::impl::ExcludeDispatchKeyGuard no_hook(kHookKey);  // the op's inner ops, and our own Python, go unseen
-  c10::DispatchKeySet rest = keys & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, kHookKey);
+// One watched op, however its arguments arrive (boxed on a stack: hook() below; unboxed: unboxed.h): the plan's
+// byte ranges of the arguments, the op run, the ranges of its returns, then the C++ detector or one Python call.
+// for_args(f) / for_rets(f) call f(index, tensor) for every tensor of every argument / return; run() runs the op.
+template <class ForArgs, class Run, class ForRets>
+void watched(const c10::OperatorHandle& op, const Plan& plan, ForArgs&& for_args, Run&& run, ForRets&& for_rets) {
   State& s = state();
-  if (!s.active.load(std::memory_order_relaxed)) {
-    op.redispatchBoxed(rest, stack);
-    return;
-  }
-  STAGE_SCOPE(kHookTotal);
-  const Plan* plan = nullptr;
   // Reused per thread (no allocation per op): the hook never runs inside itself on one thread (no_hook above)
   static thread_local OpAccesses acc_buffer;
   static thread_local std::vector<std::pair<int, Range>> views_buffer;
@@ -135,29 +131,117 @@ void hook(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::S
   acc.device = -1;
   std::vector<std::pair<int, Range>>& view_inputs = views_buffer;  // (argument, range) of arguments a return may alias
   view_inputs.clear();
+  if (plan.kind == Kind::Access) {
+    try {
+      size_t n = plan.roles.size();
+      for_args([&](size_t i, const at::Tensor& t) {
+        if (i >= n) return;
+        Role role = plan.roles[i];
+        if (role == Role::None || (role == Role::View && !plan.has_views)) return;
+        Range r;
+        if (!range_of(t, false, r)) return;
+        if (role == Role::Read) acc.add(acc.reads, r);
+        else if (role == Role::Write) acc.add(acc.writes, r);
+        else view_inputs.emplace_back(static_cast<int>(i), r);
+      });
+    } catch (const py::error_already_set&) {
+      throw;  // a RaceError from fail-fast mode: the program sees it
+    } catch (const std::exception& e) {
+      report_error(std::string("native hook, before ") + op.schema().name() + ": " + e.what());
+      run();
+      return;
+    }
+  }
+  FreesAfterOp frees_after;
+  {
+    OpScope in_op;
+    STAGE_SCOPE(kOp);
+    try {
+      run();
+    } catch (...) {
+      if (callbacks_held) {  // the callbacks it fired before failing still happened
+        callbacks_held = false;
+        py::gil_scoped_acquire gil;
+        py::reinterpret_borrow<py::object>(s.on_access)(plan.index, -1, 0, py::list(), py::list(), py::none(), -1);
+      }
+      throw;
+    }
+  }
+  bool held = callbacks_held;
+  callbacks_held = false;
+  if (plan.kind == Kind::Skip && !held) return;
   try {
-    plan = &plan_for(op);
-    if (plan->kind == Kind::Access) {
-      size_t n = plan->roles.size();
-      size_t first = stack->size() - n;
-      for (size_t i = 0; i < n; ++i) {
-        Role role = plan->roles[i];
-        if (role == Role::None || (role == Role::View && !plan->has_views)) continue;
-        for_each_tensor((*stack)[first + i], [&](const at::Tensor& t) {
-          Range r;
-          if (!range_of(t, false, r)) return;
-          if (role == Role::Read) acc.add(acc.reads, r);
-          else if (role == Role::Write) acc.add(acc.writes, r);
-          else view_inputs.emplace_back(static_cast<int>(i), r);
-        });
+    if (plan.kind == Kind::Access) {
+      size_t m = plan.fresh.size();
+      for_rets([&](size_t i, const at::Tensor& t) {
+        if (i >= m) return;
+        int view = plan.view_of[i];
+        if (!plan.fresh[i] && view < 0) return;
+        Range r;
+        if (!range_of(t, true, r)) return;
+        if (view >= 0) {
+          for (const auto& input : view_inputs) {
+            if (input.first != view) continue;
+            if (input.second.base == r.base) return;  // a real view: no data moved
+            acc.add(acc.reads, input.second);  // it copied: read the input, wrote a new tensor
+          }
+        } else if (returned_an_input(acc.reads, r.base)) {
+          return;  // a "fresh" return in a read argument's storage (type_as to the same dtype, _unsafe_view)
+        }
+        acc.add(acc.fresh, r);
+      });
+    }
+    if (acc.reads.empty() && acc.writes.empty() && acc.fresh.empty() && !held) return;
+    int64_t stream = acc.device >= 0 ? current_stream(acc.device) : 0;
+    STAGE_START(gil_since);
+    py::gil_scoped_acquire gil;
+    STAGE_ADD(kGil, gil_since);
+    STAGE_START(site_since);
+    bool accessed = !(acc.reads.empty() && acc.writes.empty() && acc.fresh.empty());
+    int64_t site = accessed ? site_of_op() : -1;
+    STAGE_ADD(kSite, site_since);
+    resolve_frees_in_op(accessed ? site : kSiteLater);  // before the op's access, as if taken when they came
+    {
+      STAGE_SCOPE(kDecide);
+      if (!held && decide_in_cpp(plan, acc, stream, site)) {  // fast_path.h: no Python call for this op
+        flush_frees_in_op();  // now, under this GIL (FreesAfterOp would take it again)
+        return;
       }
     }
+    STAGE_SCOPE(kPythonOp);
+    py::reinterpret_borrow<py::object>(s.on_access)(
+        plan.index, acc.device, stream, to_py(acc.reads), to_py(acc.writes), fresh_to_py(acc.fresh), site);
+    flush_frees_in_op();
   } catch (const py::error_already_set&) {
-    throw;  // a RaceError from fail-fast mode: the program sees it
+    throw;
+  } catch (const std::exception& e) {
+    report_error(std::string("native hook, after ") + op.schema().name() + ": " + e.what());
+  }
+}
+
+// The plan of an op, or nullptr when the table cannot give one (reported; the op then runs unwatched).
+inline const Plan* plan_or_report(const c10::OperatorHandle& op) {
+  try {
+    return &plan_for(op);
+  } catch (const py::error_already_set&) {
+    throw;
   } catch (const std::exception& e) {
     report_error(std::string("native hook, before ") + op.schema().name() + ": " + e.what());
-    plan = nullptr;
+    return nullptr;
   }
+}
+
+// The boxed fallback: every op on the hook's key without an unboxed kernel of its own (unboxed.h).
+void hook(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
+  c10::impl::ExcludeDispatchKeyGuard no_hook(kHookKey);  // the op's inner ops, and our own Python, go unseen
+  c10::DispatchKeySet rest = keys & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, kHookKey);
+  State& s = state();
+  if (!s.active.load(std::memory_order_relaxed)) {
+    op.redispatchBoxed(rest, stack);
+    return;
+  }
+  STAGE_SCOPE(kHookTotal);
+  const Plan* plan = plan_or_report(op);
   if (plan == nullptr) {
     op.redispatchBoxed(rest, stack);
     return;
@@ -174,73 +258,25 @@ void hook(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::S
     else run_record_stream(op, rest, stack);
     return;
   }
-  FreesAfterOp frees_after;
-  {
-    OpScope in_op;
-    STAGE_SCOPE(kOp);
-    try {
-      op.redispatchBoxed(rest, stack);
-    } catch (...) {
-      if (callbacks_held) {  // the callbacks it fired before failing still happened
-        callbacks_held = false;
-        py::gil_scoped_acquire gil;
-        py::reinterpret_borrow<py::object>(s.on_access)(plan->index, -1, 0, py::list(), py::list(), py::none(), -1);
-      }
-      throw;
-    }
-  }
-  bool held = callbacks_held;
-  callbacks_held = false;
-  if (plan->kind == Kind::Skip && !held) return;
-  try {
-    if (plan->kind == Kind::Access) {
-      size_t m = plan->fresh.size();
-      size_t first = stack->size() - m;
-      for (size_t i = 0; i < m; ++i) {
-        int view = plan->view_of[i];
-        if (!plan->fresh[i] && view < 0) continue;
-        for_each_tensor((*stack)[first + i], [&](const at::Tensor& t) {
-          Range r;
-          if (!range_of(t, true, r)) return;
-          if (view >= 0) {
-            for (const auto& input : view_inputs) {
-              if (input.first != view) continue;
-              if (input.second.base == r.base) return;  // a real view: no data moved
-              acc.add(acc.reads, input.second);  // it copied: read the input, wrote a new tensor
-            }
-          } else if (returned_an_input(acc.reads, r.base)) {
-            return;  // a "fresh" return in a read argument's storage (type_as to the same dtype, _unsafe_view)
-          }
-          acc.add(acc.fresh, r);
-        });
-      }
-    }
-    if (acc.reads.empty() && acc.writes.empty() && acc.fresh.empty() && !held) return;
-    int64_t stream = acc.device >= 0 ? current_stream(acc.device) : 0;
-    STAGE_START(gil_since);
-    py::gil_scoped_acquire gil;
-    STAGE_ADD(kGil, gil_since);
-    STAGE_START(site_since);
-    bool accessed = !(acc.reads.empty() && acc.writes.empty() && acc.fresh.empty());
-    int64_t site = accessed ? site_of_op() : -1;
-    STAGE_ADD(kSite, site_since);
-    resolve_frees_in_op(accessed ? site : kSiteLater);  // before the op's access, as if taken when they came
-    {
-      STAGE_SCOPE(kDecide);
-      if (!held && decide_in_cpp(*plan, acc, stream, site)) {  // fast_path.h: no Python call for this op
-        flush_frees_in_op();  // now, under this GIL (FreesAfterOp would take it again)
-        return;
-      }
-    }
-    STAGE_SCOPE(kPythonOp);
-    py::reinterpret_borrow<py::object>(s.on_access)(
-        plan->index, acc.device, stream, to_py(acc.reads), to_py(acc.writes), fresh_to_py(acc.fresh), site);
-    flush_frees_in_op();
-  } catch (const py::error_already_set&) {
-    throw;
-  } catch (const std::exception& e) {
-    report_error(std::string("native hook, after ") + op.schema().name() + ": " + e.what());
-  }
+  size_t n = plan->roles.size(), m = plan->fresh.size();
+  size_t first_arg = stack->size() - n;
+  watched(
+      op, *plan,
+      [&](auto&& f) {
+        for (size_t i = 0; i < n; ++i) {
+          Role role = plan->roles[i];
+          if (role == Role::None || (role == Role::View && !plan->has_views)) continue;
+          for_each_tensor((*stack)[first_arg + i], [&](const at::Tensor& t) { f(i, t); });
+        }
+      },
+      [&]() { op.redispatchBoxed(rest, stack); },
+      [&](auto&& f) {
+        size_t first = stack->size() - m;
+        for (size_t i = 0; i < m; ++i) {
+          if (!plan->fresh[i] && plan->view_of[i] < 0) continue;
+          for_each_tensor((*stack)[first + i], [&](const at::Tensor& t) { f(i, t); });
+        }
+      });
 }
 
 // Off (a step window closed, the watch stopping, an internal error): the calling thread's ops skip the hook
@@ -315,6 +351,8 @@ void register_test_ops() {
 
 }  // namespace streamcheck_native
 
+#include "unboxed.h"  // after hook() and watched(), which its kernels call
+
 using namespace streamcheck_native;
 
 TORCH_LIBRARY_IMPL(_, TESTING_ONLY_GenericMode, m) {
@@ -356,12 +394,20 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     return false;
 #endif
   }, "Whether sites.h walks the interpreter's frames (3.11, 3.12), not frame objects");
+  m.def("unboxed_built", []() {
+#ifdef STREAMCHECK_NO_UNBOXED
+    return false;
+#else
+    return true;
+#endif
+  }, "Whether unboxed.h's kernels were built (the common ops reach the hook unboxed)");
   m.def("set_tuning", [](const std::string& name, bool on) {
     Tuning& t = tuning();
     if (name == "fast_frames") t.fast_frames = on;
     else if (name == "lazy_frees") t.lazy_frees = on;
     else if (name == "plan_cache") t.plan_cache = on;
     else if (name == "recycle_shadows") t.recycle_shadows = on;
+    else if (name == "unboxed") t.unboxed = on;
     else throw std::invalid_argument("set_tuning: unknown switch " + name);
   }, "Measurements: switch one of the hook's cheaper ways off (False) or on (state.h: Tuning)");
   m.def("stage_times", []() -> py::object {

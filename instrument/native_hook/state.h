@@ -77,6 +77,7 @@ struct Tuning {
   bool lazy_frees = true;    // gpu_trace.h: a free inside an op is queued without the GIL, its site taken after
   bool plan_cache = true;    // plans.h: a per-thread cache of plans in front of the locked table
   bool recycle_shadows = true;  // detector.h: a freed block's shadow keeps its vectors for the next block's history
+  bool unboxed = true;       // unboxed.h: the listed ops reach the hook unboxed (off: boxed, as every other op)
 };
 
 inline Tuning& tuning() {

@@ -1,0 +1,132 @@
+"""The common ops' unboxed kernels (native_hook/unboxed.h) against the boxed fallback of the same hook, on random
+torch programs: the same races, field for field, in the same order, and the same number of events, with the
+kernels on (`set_tuning("unboxed", True)`) and off (every op boxed), on the fast path and on the Python path.
+
+CPU tensors stand for device tensors (`set_cpu_as_device`) on streams drawn at random (`set_test_stream`). The ops
+cover each way an op can touch memory: in place, out of place, views that stay views, views that had to copy
+(reshape and contiguous of a transposed tensor, `to` another dtype), lists of tensors (cat, the foreach ops), an
+optional tensor (linear's bias), fresh tensors (*_like), and ops that are not listed (they stay boxed).
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from streamcheck.instrument import native
+from streamcheck.instrument.native_detector import NativeDetector
+from streamcheck.instrument.watch import Watch
+
+KINDS = 16
+
+
+@pytest.fixture(scope="module")
+def module():
+    loaded = native.load()
+    if not loaded.unboxed_built():
+        pytest.skip("the hook was built without unboxed kernels (STREAMCHECK_NO_UNBOXED)")
+    return loaded
+
+
+def program(rng: random.Random, length: int) -> list:
+    ops = []
+    for _ in range(length):
+        start = rng.randrange(0, 24)
+        ops.append((rng.choice([0, 1, 2]), rng.randrange(KINDS), rng.randrange(3), rng.randrange(3), start,
+                    rng.randrange(start + 1, 32)))
+    return ops
+
+
+def apply(kind: int, tensors: list, a: int, b: int, start: int, end: int, kept: list) -> None:
+    x, y = tensors[a], tensors[b]
+    if kind == 0:
+        x.add_(y, alpha=0.5)
+    elif kind == 1:
+        x[start:end].mul_(2.0)  # slice, then mul_.Scalar
+    elif kind == 2:
+        copied = x.view(4, 8).t().contiguous()  # a view chain, then contiguous copies (listed)
+        kept.extend([copied, copied.sum()])
+    elif kind == 3:
+        kept.append(x.view(4, 8).t().reshape(32))  # reshape of a transposed view: a copy
+    elif kind == 4:
+        kept.append(x.to(torch.float64))  # to another dtype: a read and a fresh write
+    elif kind == 5:
+        kept.append(torch.cat([x[:start + 1], y[start:end]]))
+    elif kind == 6:
+        torch._foreach_add_([x, y], [y, x])
+    elif kind == 7:
+        torch._foreach_mul_([x], 0.5)
+    elif kind == 8:
+        weight = y.view(4, 8)
+        kept.append(torch.nn.functional.linear(x.view(4, 8), weight, x[:4]))
+    elif kind == 9:
+        kept.append(torch.mm(x.view(4, 8), y.view(8, 4)))
+    elif kind == 10:
+        kept.append(torch.empty_like(x).copy_(y))
+    elif kind == 11:
+        x.narrow(0, start, end - start).zero_()
+    elif kind == 12:
+        kept.append(x.unsqueeze(0).expand(2, 32).clone())
+    elif kind == 13:
+        kept.append(x.sin())  # not listed: boxed either way
+    elif kind == 14:
+        tensors[a] = y * 3.0  # a new tensor: a fresh write of this stream
+        kept.append(tensors[a])
+    else:
+        kept.append(x.select(0, start).item())
+
+
+def run(module, tmp_path, ops: list, unboxed: bool, python_detector: bool, monkeypatch) -> tuple[list, int]:
+    if python_detector:
+        monkeypatch.setenv("STREAMCHECK_DETECTOR", "python")
+    else:
+        monkeypatch.delenv("STREAMCHECK_DETECTOR", raising=False)
+    module.set_tuning("unboxed", unboxed)
+    module.set_cpu_as_device(True)
+    module.set_test_stream(0)
+    watch = Watch(tmp_path, rank=0, world_size=1, echo=False, backend="native")
+    watch.start()
+    try:
+        assert isinstance(watch.detector, NativeDetector) != python_detector
+        tensors = [torch.zeros(32) for _ in range(3)]
+        kept = list(tensors)  # every result kept: no address comes back with another run's history
+        for stream, kind, a, b, start, end in ops:
+            module.set_test_stream(stream)
+            apply(kind, tensors, a, b, start, end, kept)
+    finally:
+        module.set_test_stream(0)
+        module.set_cpu_as_device(False)
+        module.set_tuning("unboxed", True)
+        watch.stop()
+
+    def access(a):
+        return None if a is None else (a.actor, a.thread, a.is_write, a.site, a.op, a.seq, a.clock, a.stream)
+
+    races = [(r.kind, r.start, r.end, access(r.earlier), access(r.later)) for r in watch.detector.races]
+    return races, watch.detector.seq
+
+
+def test_listed_ops_have_a_kernel_on_the_hooks_key_and_others_do_not(module):
+    def on_hook_key(name: str) -> list[str]:
+        return [line for line in torch._C._dispatch_dump(name).splitlines() if line.startswith("TESTING_ONLY_Generic")]
+
+    for name in ("aten::add.Tensor", "aten::view", "aten::cat", "aten::linear", "aten::_foreach_mul_.Scalar",
+                 "aten::copy_", "aten::_local_scalar_dense"):
+        lines = on_hook_key(name)
+        assert len(lines) == 1 and "unboxed.h" in lines[0], (name, lines)
+    assert on_hook_key("aten::sin") == []  # the boxed fallback takes it
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_unboxed_kernels_find_what_the_boxed_fallback_finds(module, tmp_path, monkeypatch, seed):
+    ops = program(random.Random(seed), 60)
+    found = {}
+    for unboxed, python_detector in ((True, False), (False, False), (True, True)):
+        found[unboxed, python_detector] = run(module, tmp_path / f"{unboxed}-{python_detector}", ops, unboxed,
+                                              python_detector, monkeypatch)
+    races, events = found[True, False]
+    assert races, "the program must race, or the comparison shows nothing"
+    assert found[False, False] == (races, events)
+    assert found[True, True] == (races, events)
