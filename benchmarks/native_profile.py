@@ -215,10 +215,25 @@ def per_round(r: dict, results: dict, ops_per_step: float | None) -> str:
     mine = r.get("round_ms", [])
     if not ops_per_step or len(plain) < 2 or len(mine) != len(plain) or r is results.get("plain"):
         return ""
-    diffs = sorted((m - p) * 1000 / ops_per_step for m, p in zip(mine, plain))
+    return spread([(m - p) * 1000 / ops_per_step for m, p in zip(mine, plain)])
+
+
+def spread(diffs: list) -> str:
+    """median [min, q1, q3, max] x rounds; mean ± its standard error"""
+    diffs = sorted(diffs)
     q1, _, q3 = statistics.quantiles(diffs, n=4) if len(diffs) >= 4 else (diffs[0], 0, diffs[-1])
+    sem = statistics.stdev(diffs) / len(diffs) ** 0.5 if len(diffs) > 1 else 0.0
     return (f"   per round {statistics.median(diffs):6.2f} [{diffs[0]:.2f}, {q1:.2f}, {q3:.2f}, {diffs[-1]:.2f}]"
-            f" x{len(diffs)}")
+            f" x{len(diffs)}; mean {statistics.fmean(diffs):.2f} ± {sem:.2f}")
+
+
+def paired_with_watch(results: dict, ops_per_step: float | None) -> None:
+    """watch minus each switched-off variant (TUNED), round by round: what each newer way saves, in µs per op."""
+    watch = results.get("watch", {}).get("round_ms", [])
+    for name in TUNED:
+        other = results.get(name, {}).get("round_ms", [])
+        if ops_per_step and len(watch) >= 2 and len(other) == len(watch):
+            print(f"watch - {name:<16}" + spread([(w - o) * 1000 / ops_per_step for w, o in zip(watch, other)]))
 
 
 def table(results: dict, args: argparse.Namespace) -> None:
@@ -229,7 +244,8 @@ def table(results: dict, args: argparse.Namespace) -> None:
     if ops_per_step:
         print(f"ops per step (pass-through mode): {ops_per_step:.0f}")
     print(f"{'phase':<18}{'median':>10}{'vs plain':>10}{'us/op over plain':>18}"
-          + ("   per round: median [min, q1, q3, max] us/op over that round's plain" if args.rounds > 1 else ""))
+          + ("   per round: median [min, q1, q3, max] us/op over that round's plain; mean ± SEM"
+             if args.rounds > 1 else ""))
     for name, r in results.items():
         if "median_ms" not in r and "raised" not in r:
             continue  # not a phase (the window run, the soak)
@@ -243,6 +259,7 @@ def table(results: dict, args: argparse.Namespace) -> None:
             print(f"    {finding}")
         if r.get("errors"):
             print(f"    errors: {r['errors']}")
+    paired_with_watch(results, ops_per_step)
 
 
 class InjectedRace:
