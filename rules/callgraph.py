@@ -17,7 +17,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Iterator
 
-from .facts import MODULE_SCOPE, Call, FileFacts, FunctionFacts
+from .facts import MODULE_SCOPE, Call, FileFacts, FunctionFacts, quick_init
 from .options import StaticOptions
 
 # By-name resolution of `<expr>.m(...)` is skipped for names defined by more classes than this (too vague) and for
@@ -63,6 +63,11 @@ class Edge:
     call: Call
     callee: str
     exact: bool
+
+
+# (vLLM 0.33.0 makes about 300 k edges and 45 k functions: the frozen dataclasses' own __init__ is a third slower)
+quick_init(Function)
+quick_init(Edge)
 
 
 class CallGraph:

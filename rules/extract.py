@@ -45,16 +45,17 @@ def extract(source: str, path: str, options: StaticOptions, detailed: bool) -> F
     tree = _parse(source, path)
     module, is_package = module_name(path)
     facts = FileFacts(path=path, module=module, is_package=is_package, detailed=detailed)
+    visitor = (_FactsVisitor if detailed else _PlainFactsVisitor)(facts, source.splitlines(), options, detailed)
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(limit, VISITOR_RECURSION_LIMIT))
     try:
-        visitor = _FactsVisitor(facts, source.splitlines(), options, detailed)
         # str.splitlines also breaks at form feeds and other separators the parser does not count, and lowered
         # source was parsed in place of this text: then a node's line number may not index these lines.
         visitor.lines_as_parsed = not getattr(tree, "lowered", False) and not _OTHER_LINE_BREAKS.search(source)
         visitor.run(tree)
     finally:
         sys.setrecursionlimit(limit)
+        visitor.release()
     return facts
 
 
@@ -122,7 +123,7 @@ class _FactsVisitor(CallsAndAccesses, Bindings, RegionsAndBlocks, ast.NodeVisito
         self.frames: list[tuple[str, set[str]]] = [(MODULE_SCOPE, set())]
         self.pending_attr_functions: list[tuple[str, str, str, int]] = []  # attr, name, scope, line
         self.taken_from: dict[int, dict[str, str]] = {}  # per function: local -> the container it came out of
-        self.aliases: dict[int, dict[str, str]] = {}  # per function: local -> the parameter or attribute it names
+        self.aliases: dict[int, dict[str, str]] = {}  # per function: local -> the attribute path it names
         self.awaited_containers: dict[int, set[str]] = {}  # per function: local dicts of awaited results
         self.written_locals: dict[int, set[str]] = {}  # per function: the plain names it has written so far
         self.defined: set[str] = set()
@@ -185,6 +186,14 @@ class _FactsVisitor(CallsAndAccesses, Bindings, RegionsAndBlocks, ast.NodeVisito
                 visit(value)
 
     # --- driving -----------------------------------------------------------------------------------------------
+    def release(self) -> None:
+        """Drop the visitor's state: a detailed visitor and its hazard collector hold each other (and bound
+        methods of themselves), a cycle only the cyclic collector frees; without it the scan can pause the
+        collector while it extracts (scanner/extraction.py)."""
+        if self.hazards is not None:
+            self.hazards.__dict__.clear()
+        self.__dict__.clear()
+
     def run(self, tree: ast.Module) -> None:
         end = len(self.src_lines) or 1
         self.fn = FunctionFacts(MODULE_SCOPE, MODULE_SCOPE, None, 1, end)
@@ -286,6 +295,42 @@ class _FactsVisitor(CallsAndAccesses, Bindings, RegionsAndBlocks, ast.NodeVisito
         self.scope.pop()
 
     visit_AsyncFunctionDef = visit_FunctionDef
+
+
+class _PlainFactsVisitor(_FactsVisitor):
+    """The visitor of a file the prefilter passed over: no hazard collector sees its nodes, and the only handler
+    of a name is visit_Name's note of a bound one, so a name read (`x`) or an attribute of one (`self.a.b`, read
+    or written: there is no attribute handler) holds no fact and is not visited (a third of a plain file's nodes;
+    vLLM 0.33.0 has 2 476 plain files)."""
+
+    _methods: dict[type, Callable[..., Any]] = {}  # (its own: generic_visit differs)
+
+    def generic_visit(self, node: ast.AST) -> None:
+        fields = _CHILD_FIELDS.get(type(node))
+        if fields is None:
+            fields = _child_fields(type(node))
+        if fields is _ANY_FIELD:
+            return _FactsVisitor.generic_visit(self, node)
+        visit = self.visit
+        for name, many in fields:
+            value = getattr(node, name, None)
+            for item in (value or ()) if many else (value,):
+                kind = item.__class__
+                if kind is _NAME:
+                    if item.ctx.__class__ is _LOAD:
+                        continue
+                elif kind is _ATTRIBUTE:
+                    base = item.value
+                    while base.__class__ is _ATTRIBUTE:
+                        base = base.value
+                    if base.__class__ is _NAME:
+                        continue
+                elif item is None or kind is ast.Constant:  # (None: `{**d}` in Dict.keys, an absent field)
+                    continue
+                visit(item)
+
+
+_NAME, _ATTRIBUTE, _LOAD = ast.Name, ast.Attribute, ast.Load
 
 
 def _property_value(node: ast.FunctionDef | ast.AsyncFunctionDef) -> str | None:

@@ -22,7 +22,7 @@ from typing import Any, Callable
 from streamcheck.scanner import unchanged
 from streamcheck.scanner.config import ScanConfig
 # default_jobs: public here too
-from streamcheck.scanner.extraction import default_jobs, extract_all, few_collections  # noqa: F401
+from streamcheck.scanner.extraction import default_jobs, extract_all, few_collections, paused_collector  # noqa: F401
 from streamcheck.scanner.facts_cache import CACHE_DIR_NAME, FactsCache, code_stamp
 from streamcheck.constants import version as streamcheck_version
 from streamcheck.findings import Finding, Location, sorted_findings
@@ -342,18 +342,19 @@ def _analyze_files(read, config, backend: RulesBackend, cache, jobs, progress, r
     position = {id(file): index for index, (file, _) in enumerate(read)}
     positions: list[int] = []
     to_extract: list[tuple[SourceFile, Source, str | None]] = []
-    for file, source in read:
-        key = cache.key(file.display, source.digest) if cache else None
-        entry = cache.get(key) if key else None
-        if entry is not None and _use_entry(entry, file, source, backend, facts_list, findings):
-            result.cached += 1
+    with paused_collector():
+        for file, source in read:
+            key = cache.key(file.display, source.digest) if cache else None
+            entry = cache.get(key) if key else None
+            if entry is not None and _use_entry(entry, file, source, backend, facts_list, findings):
+                result.cached += 1
+                positions += [position[id(file)]] * (len(facts_list) - len(positions))
+            else:
+                to_extract.append((file, source, key))
+        for file, source, outcome in extract_all(to_extract, backend, cache, jobs, progress):
+            result.parsed += 1
+            _take_outcome(outcome, file, source, backend, facts_list, findings)
             positions += [position[id(file)]] * (len(facts_list) - len(positions))
-        else:
-            to_extract.append((file, source, key))
-    for file, source, outcome in extract_all(to_extract, backend, cache, jobs, progress):
-        result.parsed += 1
-        _take_outcome(outcome, file, source, backend, facts_list, findings)
-        positions += [position[id(file)]] * (len(facts_list) - len(positions))
     facts_list = [facts for _, facts in sorted(zip(positions, facts_list), key=lambda pair: pair[0])]
     if cache and to_extract:  # something changed: a good moment to drop what no scan has used for a while
         cache.prune({cache.key(file.display, source.digest) for file, source in read})
