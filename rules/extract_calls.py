@@ -174,6 +174,12 @@ class CallsAndAccesses(ast.NodeVisitor):
         if path is None:
             return
         root, dot, rest = path.partition(".")
+        alias = self.aliases.get(id(self.fn), {}).get(root)
+        if alias and (collective or op in TENSOR_METHODS or op == "out="):
+            # a local bound to an attribute path (bindings.py `_through_container`), where only a tensor can
+            # stand: not an argument of other calls (`torch.empty(n, d)` with `n = self.batch.num_reqs`)
+            path = alias + dot + rest if rest else alias
+            root, dot, rest = path.partition(".")
         container = self.taken_from.get(id(self.fn), {}).get(root)
         if container:  # taken out of an attribute's container (bindings.py `_through_container`)
             path = container + dot + rest if rest else container
