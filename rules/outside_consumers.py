@@ -19,7 +19,8 @@ from streamcheck.findings import ROLE_WRITE, Finding
 from .aliasing import from_outside
 from .collectives import launched_async
 from .extract import ALIAS
-from .facts import NO_REGION, Access
+from .facts import NO_REGION, RETURNED, Access
+from .hazard_flow import HOST_WORDS
 from .orderings import EVENT, orderings_of, recorded_streams, waits_for
 from .program import Function, Program
 from .races import Context, contexts, matching, ordered_after
@@ -30,7 +31,8 @@ from .streams import CURRENT_STREAM, PARAM, UNKNOWN, as_code, display, handed_in
 def writes_for_outside_consumers(program: Program, rule_id: str) -> Iterable[Finding]:
     reported: set[tuple[str, int]] = set()
     for writer, write in program.all_accesses():
-        if write.kind != "write" or write.op == ALIAS or write.region == NO_REGION or not from_outside(writer, write):
+        if write.kind != "write" or write.op == ALIAS or write.region == NO_REGION or not (
+                from_outside(writer, write) or _returned(writer, write)):
             continue
         if next(matching(program, writer, write, "read"), None) is not None or launched_async(writer, write):
             continue  # a reader in the scan (the main query pairs the two), or a handle that carries the edge
@@ -46,6 +48,19 @@ def writes_for_outside_consumers(program: Program, rule_id: str) -> Iterable[Fin
             break
 
 
+def _returned(writer: Function, write: Access) -> bool:
+    """A tensor this function allocated on the device, written here and handed back by `return` (an unpack
+    hook's reloaded activation goes to autograd). Not host memory (a pack hook's pinned copy is read by the host,
+    SC102's business), nor what is not known to be a fresh device tensor (a dict of copies)."""
+    if "." in write.path or write.owner or any(word in write.path.lower() for word in HOST_WORDS):
+        return False
+    placements = [p for p in writer.facts.placements if p.path == write.path and p.line <= write.line]
+    if not placements or not placements[-1].fresh or placements[-1].where in ("pinned", "host"):
+        return False
+    return any(use.how == "escape" and use.arg == RETURNED and use.path == write.path and use.line > write.line
+               for use in writer.facts.uses)
+
+
 def _ever_waited_for(program: Program, stream: str, writer: Function) -> bool:
     """Some code waits for `stream`: a wait naming it (or an event recorded on it) anywhere, or in the writer's own
     file a wait that may cover it (a device-wide synchronize, a stream handed in, an event recorded elsewhere).
@@ -54,13 +69,14 @@ def _ever_waited_for(program: Program, stream: str, writer: Function) -> bool:
     waited = program.memo("outside_consumers.waited", lambda: {})
     # A stream handed in (a parameter, a constructor's argument) is whichever one the caller picks, waited for
     # on the caller's paths: any wait that may cover it counts, wherever it is.
+    # The writer's own waits were judged on its way out (ordered_after): one on another path of it (a cache hit
+    # that returns early) is no wait for this one.
     key = (stream, "" if stream.startswith(PARAM) or handed_in(program, stream) else writer.file.path)
-    if key not in waited:
-        waited[key] = any(
-            o.waiter != stream and waits_for(program, o, stream) and (not key[1] or function.file is writer.file
-                                                                      or _names(program, o, stream))
-            for function in program.functions.values() for o in orderings_of(program, function))
-    return waited[key]
+    if key not in waited:  # the functions that wait for it
+        waited[key] = {function.id for function in program.functions.values() for o in orderings_of(program, function)
+                       if o.waiter != stream and waits_for(program, o, stream)
+                       and (not key[1] or function.file is writer.file or _names(program, o, stream))}
+    return bool(waited[key] - {writer.id})
 
 
 def _names(program: Program, ordering, stream: str) -> bool:
