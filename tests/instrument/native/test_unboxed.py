@@ -5,7 +5,8 @@ kernels on (`set_tuning("unboxed", True)`) and off (every op boxed), on the fast
 CPU tensors stand for device tensors (`set_cpu_as_device`) on streams drawn at random (`set_test_stream`). The ops
 cover each way an op can touch memory: in place, out of place, views that stay views, views that had to copy
 (reshape and contiguous of a transposed tensor, `to` another dtype), lists of tensors (cat, the foreach ops), an
-optional tensor (linear's bias), fresh tensors (*_like), and ops that are not listed (they stay boxed).
+optional tensor (linear's bias), a list of optional tensors (index's indices), fresh tensors (*_like), and an op that
+is not listed (it stays boxed).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from streamcheck.instrument import native
 from streamcheck.instrument.native_detector import NativeDetector
 from streamcheck.instrument.watch import Watch
 
-KINDS = 16
+KINDS = 17
 
 
 @pytest.fixture(scope="module")
@@ -70,12 +71,17 @@ def apply(kind: int, tensors: list, a: int, b: int, start: int, end: int, kept: 
     elif kind == 12:
         kept.append(x.unsqueeze(0).expand(2, 32).clone())
     elif kind == 13:
-        kept.append(x.sin())  # not listed: boxed either way
+        kept.append(x.erf())  # not listed: boxed either way
     elif kind == 14:
         tensors[a] = y * 3.0  # a new tensor: a fresh write of this stream
         kept.append(tensors[a])
-    else:
+    elif kind == 15:
         kept.append(x.select(0, start).item())
+    else:  # index and index_put_: a list of optional tensors (the indices), read
+        index = torch.arange(start, end)
+        values = y[:end - start] * 2.0
+        kept.extend([index, values, x[index]])
+        x.index_put_((index,), values, accumulate=True)
 
 
 def run(module, tmp_path, ops: list, unboxed: bool, python_detector: bool, monkeypatch) -> tuple[list, int]:
@@ -116,7 +122,7 @@ def test_listed_ops_have_a_kernel_on_the_hooks_key_and_others_do_not(module):
                  "aten::copy_", "aten::_local_scalar_dense"):
         lines = on_hook_key(name)
         assert len(lines) == 1 and "unboxed.h" in lines[0], (name, lines)
-    assert on_hook_key("aten::sin") == []  # the boxed fallback takes it
+    assert on_hook_key("aten::erf") == []  # the boxed fallback takes it
 
 
 @pytest.mark.parametrize("seed", range(6))
