@@ -10,10 +10,9 @@ stream (no race: the common case), then the single-stream loop's ops made under 
 a file of torch's (what a model's forward looks like to the site capture). Printed per path, the best of `--repeat`
 runs (the paths in turn, `--repeat` times): plain (no watch), the fast path (ops decided in C++), the fast path with
 the frame walk of frame objects (`set_tuning("fast_frames", False)`: sites.h before the interpreter's own frames were
-walked), the fast path with
-every op boxed (`set_tuning("unboxed", False)`: unboxed.h's ops through the boxed fallback too), the Python path of the
-same hook (STREAMCHECK_DETECTOR=python: every op through on_access to the Python Detector). (The dispatch mode is
-left out: it does not take CPU tensors for device tensors.)
+walked), the fast path with every op boxed (`set_tuning("unboxed", False)`: unboxed.h's ops through the boxed
+fallback too), the Python path of the same hook (STREAMCHECK_DETECTOR=python: every op through on_access to the
+Python Detector). (The dispatch mode is left out: it does not take CPU tensors for device tensors.)
 """
 
 from __future__ import annotations
