@@ -623,7 +623,7 @@ class HazardCollector:
                 keep[id(fn)] |= work_aliases(fn, self.loop_links.get(id(fn), []))
         travelling = travelling_fields(facts.functions)
         for fn in facts.functions:
-            fn.loops = [(a, b) for a, b in fn.loops if any(a <= w.line <= b for w in fn.async_works)]
+            # (every loop is kept: a loop brings an access round again after a later one, races.loop_around)
             interesting = keep[id(fn)]
             interesting.update(p for c in fn.async_copies for p in (c.dst, c.src) if p)
             interesting.update(held_through(fn, travelling))

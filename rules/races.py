@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Iterator
 
 from .aliasing import access_keys, same_element
 from .callgraph import Edge, Function
-from .facts import NO_REGION, Access, exclusive
+from .facts import NO_REGION, Access, FunctionFacts, exclusive
 from .orderings import EVENT, Ordering, ordered_by, orderings_of, recording_stream, site_stream
 from .streams import CURRENT_STREAM, PARAM, UNKNOWN, display
 from .summaries import call_orderings
@@ -86,12 +86,43 @@ def ordered_between(program: "Program", function: Function, after: Position, bef
         return replace(ordering, waiter=frame if ordering.waiter == CURRENT_STREAM else ordering.waiter,
                        target=frame if ordering.target == CURRENT_STREAM else ordering.target)
 
+    return ordered_by(program, _window(program, function, between, in_frame), earlier, later)
+
+
+def _window(program: "Program", function: Function, between, in_frame) -> list[Ordering]:
+    """The orderings of `function` (its own and its calls') at positions `between` accepts, in source order."""
     window = [o for o in orderings_of(program, function) if between(o.line, o.column)]
     for call, edges in program.calls_of(function.id):
         if between(call.line, call.column):
             window.extend(call_orderings(program, function, call, edges))
     window.sort(key=lambda o: (o.line, o.column))
-    return ordered_by(program, [in_frame(o) for o in window], earlier, later)
+    return [in_frame(o) for o in window]
+
+
+def ordered_across_iterations(program: "Program", function: Function, after: Position, before: Position,
+                              loop: tuple[int, int], earlier: str, later: str) -> bool:
+    """An ordering from `after` to the end of the loop's body, then from its start to `before`: the way from an
+    access late in one iteration to one early in the next (a prefetch for the next chunk, read there)."""
+    first, last = loop
+
+    def tail(line: int, column: int) -> bool:
+        return after < (line, column) <= (last, 1 << 30) and not exits_before(function, line, last + 1)
+
+    def head(line: int, column: int) -> bool:
+        return (first, 0) <= (line, column) < before and not exits_before(function, line, before[0])
+
+    return ordered_by(program, _window(program, function, tail, _as_is) + _window(program, function, head, _as_is),
+                      earlier, later)
+
+
+def _as_is(ordering: Ordering) -> Ordering:
+    return ordering  # in the function's own frame
+
+
+def loop_around(facts: FunctionFacts, *lines: int) -> tuple[int, int] | None:
+    """The innermost `for` / `while` loop holding all `lines`."""
+    holding = [(a, b) for a, b in facts.loops if all(a <= line <= b for line in lines)]
+    return min(holding, key=lambda loop: loop[1] - loop[0]) if holding else None
 
 
 def exits_before(function: Function, line: int, target: int) -> bool:
@@ -237,9 +268,14 @@ def unordered(program: "Program", first: Context, second: Context) -> bool:
         return False
     (first_fn, first_at), (second_fn, second_at) = _anchor(first), _anchor(second)
     if first_fn is second_fn:
-        if first_at >= second_at or exclusive(first_fn.facts, first_at[0], second_at[0]):
-            return False  # the other direction, or the two arms of one if/else (one of them runs)
-        if ordered_between(program, first_fn, first_at, second_at, first.stream, second.stream):
+        if exclusive(first_fn.facts, first_at[0], second_at[0]):
+            return False  # the two arms of one if/else: one of them runs
+        if first_at >= second_at:
+            loop = loop_around(first_fn.facts, first_at[0], second_at[0]) if first_at > second_at else None
+            if loop is None or ordered_across_iterations(program, first_fn, first_at, second_at, loop,
+                                                         first.stream, second.stream):
+                return False  # the other direction, unless a loop brings `second` round again after `first`
+        elif ordered_between(program, first_fn, first_at, second_at, first.stream, second.stream):
             return False
         if first.chain and ordered_between(program, first.function, first.position, END, first.stream,
                                            second.stream, first.stream):

@@ -84,6 +84,21 @@ class CrossStreamConsumer(Rule):
     summary = "tensor written on one stream is consumed on another stream without a wait or synchronize"
 
     VALID = [
+        # ... and its fixed twin: the current stream waits for the prefetch before the next iteration reads it.
+        """
+import torch
+
+def attend(chunks, side):
+    current = chunks[0].load()
+    for i in range(1, len(chunks)):
+        total = torch.matmul(current, current)
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            current = chunks[i].load()
+            current.mul_(2)
+        torch.cuda.current_stream().wait_stream(side)
+    return total
+""",
         # ... and its fixed twin: the copy stream waits for the current stream first.
         """
 import torch
@@ -565,6 +580,21 @@ def to_host(tensors, dtoh_stream):
             copies[name] = torch.empty(value.shape, device="cpu", pin_memory=True)
             copies[name].copy_(value, non_blocking=True)  # expect: SC101
     return copies
+""",
+        # Written late in one iteration on a side stream, read early in the next on the current stream (a chunk
+        # prefetched for the next step, DeepSpeed FPDT's shape): the loop brings the read round again.
+        """
+import torch
+
+def attend(chunks, side):
+    current = chunks[0].load()
+    for i in range(1, len(chunks)):
+        total = torch.matmul(current, current)
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            current = chunks[i].load()
+            current.mul_(2)  # expect: SC101
+    return total
 """,
         # An input of the function, written by code outside the scan on the current stream, read on a side stream
         # that never waited for it (outside_producers.py).
