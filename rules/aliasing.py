@@ -38,13 +38,16 @@ def access_keys(program: Program, function: Function, access: Access) -> set[tup
 DERIVED_STEPS = 4  # `op` <- `by_id` <- `local_recvs` <- `self.recv_ops` (Megatron's NCCL copy service)
 
 
-def from_outside(function: Function, access: Access) -> bool:
-    """Whether the access touches what outlives the call: an attribute of `self`, a tensor a parameter holds, or
+def from_outside(program: Program, function: Function, access: Access) -> bool:
+    """Whether the access touches what outlives the call: an attribute of `self`, a tensor a parameter holds (the
+    function's, or an enclosing function's that a closure reads: torchrec's `execute_stash` over `tensors`), or
     their elements and views held by locals (`for op in self.recv_ops: op.tensor.copy_(...)`, a few steps of
     FunctionFacts.derived bound before the access, not in the other arm of an if/else)."""
-    if access.owner:
-        return False
     params = set(function.facts.params) - {"self", "cls"}
+    if access.owner:  # a name the function does not bind: an enclosing function's (or the module's)
+        enclosing = program.functions.get(f"{function.file.path}::{access.owner}")
+        return enclosing is not None and access.path.split(".", 1)[0] in enclosing.facts.params
+    params |= _enclosing_params(program, function)
     paths, seen = [access.path], set()
     for _ in range(DERIVED_STEPS):
         roots = {p.split(".", 1)[0] for p in paths} - seen
@@ -56,6 +59,26 @@ def from_outside(function: Function, access: Access) -> bool:
         if not paths:
             return False
     return False
+
+
+def _enclosing_params(program: Program, function: Function) -> set[str]:
+    """The parameters of the functions `function` is nested in, less the names it binds itself."""
+    if "." not in function.facts.qualname:
+        return set()
+    return program.memo(("aliasing.enclosing", function.id), lambda: _enclosing(program, function))
+
+
+def _enclosing(program: Program, function: Function) -> set[str]:
+    own = set(function.facts.params) | {local for local, _source, _line in function.facts.derived} | {
+        a.path for a in function.facts.accesses if a.kind == "write" and "." not in a.path}
+    found: set[str] = set()
+    qualname = function.facts.qualname
+    while "." in qualname:
+        qualname = qualname.rsplit(".", 1)[0]
+        outer = program.functions.get(f"{function.file.path}::{qualname}")
+        if outer is not None:
+            found |= set(outer.facts.params) - {"self", "cls"}
+    return found - own
 
 
 def same_element(first: Access, second: Access) -> bool:

@@ -32,7 +32,7 @@ def writes_for_outside_consumers(program: Program, rule_id: str) -> Iterable[Fin
     reported: set[tuple[str, int]] = set()
     for writer, write in program.all_accesses():
         if write.kind != "write" or write.op == ALIAS or write.region == NO_REGION or not (
-                from_outside(writer, write) or _returned(writer, write)):
+                from_outside(program, writer, write) or _returned(writer, write)):
             continue
         if next(matching(program, writer, write, "read"), None) is not None or launched_async(writer, write):
             continue  # a reader in the scan (the main query pairs the two), or a handle that carries the edge

@@ -84,7 +84,7 @@ def reads_of_outside_producers(program: Program, rule_id: str) -> Iterable[Findi
 def _producer(program: Program, reader: Function, read: Access) -> str | None:
     if "." in read.path and read.path.rsplit(".", 1)[-1] in AUTOGRAD_OUTPUTS:
         return AUTOGRAD
-    outside = from_outside(reader, read)
+    outside = from_outside(program, reader, read)
     if read.op.split(" ", 1)[0] in NOT_ONLY_TENSOR_METHODS or read.op.split(" ", 1)[0] in ARITHMETIC:
         return None  # `self.queue.put(x)`, `module.float()`: no sign the receiver is a tensor at all
     if any(word in read.path.rsplit(".", 1)[-1].lower() for word in NOT_TENSOR_WORDS):

@@ -170,3 +170,26 @@ def test_a_device_wide_synchronize_in_another_module_is_no_wait_for_this_stream(
             {"service.py": lone.replace("AFTER_COPIES", "pass"), "saver.py": saver}, select={"SC101"})],
         line_of(lone.replace("AFTER_COPIES", "pass"), "dst.copy_"))
     assert found == [(line, "dst")]
+
+
+STASH = """
+    import torch
+
+    def stash(tensors, d2h_stream):
+        def execute():
+            WAIT
+            with torch.cuda.stream(d2h_stream):
+                for tensor in tensors:
+                    host = torch.empty(tensor.shape, device="cpu", pin_memory=True)
+                    host.copy_(tensor, non_blocking=True)
+        return execute
+"""
+
+
+def test_a_closure_reading_the_enclosing_functions_input_on_a_side_stream():
+    # torchrec's memory stashing: `execute` (run later, from a hook) reads the tensors `stash` was handed; they
+    # were made on the current stream, which the copy stream must wait for first.
+    racy = STASH.replace("WAIT", "pass")
+    assert [(rule, kind, line, path, producer) for rule, kind, line, path, producer, _ in _found(racy)] == [
+        ("SC101", "RAW", line_of(racy, "host.copy_"), "tensor", "outside")]
+    assert _found(STASH.replace("WAIT", "d2h_stream.wait_stream(torch.cuda.current_stream())")) == []
