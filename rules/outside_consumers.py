@@ -19,8 +19,7 @@ from streamcheck.findings import ROLE_WRITE, Finding
 from .aliasing import from_outside
 from .collectives import launched_async
 from .extract import ALIAS
-from .facts import NO_REGION, RETURNED, Access
-from .hazard_flow import HOST_WORDS
+from .facts import NO_REGION, Access
 from .orderings import EVENT, orderings_of, recorded_streams, waits_for
 from .program import Function, Program
 from .races import Context, contexts, matching, ordered_after
@@ -31,8 +30,8 @@ from .streams import CURRENT_STREAM, PARAM, UNKNOWN, as_code, display, handed_in
 def writes_for_outside_consumers(program: Program, rule_id: str) -> Iterable[Finding]:
     reported: set[tuple[str, int]] = set()
     for writer, write in program.all_accesses():
-        if write.kind != "write" or write.op == ALIAS or write.region == NO_REGION or not (
-                from_outside(program, writer, write) or _returned(writer, write)):
+        if write.kind != "write" or write.op == ALIAS or write.region == NO_REGION \
+                or not from_outside(program, writer, write):
             continue
         if next(matching(program, writer, write, "read"), None) is not None or launched_async(writer, write):
             continue  # a reader in the scan (the main query pairs the two), or a handle that carries the edge
@@ -46,19 +45,6 @@ def writes_for_outside_consumers(program: Program, rule_id: str) -> Iterable[Fin
                 reported.add(key)
                 yield _finding(program, rule_id, writer, write, ctx)
             break
-
-
-def _returned(writer: Function, write: Access) -> bool:
-    """A tensor this function allocated on the device, written here and handed back by `return` (an unpack
-    hook's reloaded activation goes to autograd). Not host memory (a pack hook's pinned copy is read by the host,
-    SC102's business), nor what is not known to be a fresh device tensor (a dict of copies)."""
-    if "." in write.path or write.owner or any(word in write.path.lower() for word in HOST_WORDS):
-        return False
-    placements = [p for p in writer.facts.placements if p.path == write.path and p.line <= write.line]
-    if not placements or not placements[-1].fresh or placements[-1].where in ("pinned", "host"):
-        return False
-    return any(use.how == "escape" and use.arg == RETURNED and use.path == write.path and use.line > write.line
-               for use in writer.facts.uses)
 
 
 def _ever_waited_for(program: Program, stream: str, writer: Function) -> bool:
