@@ -76,7 +76,9 @@ def call_orderings(program: "Program", caller: "Function", call: Call, edges: It
     found = []
     for edge in edges:
         callee = program.functions[edge.callee]
-        for waiter, target in performed(program, edge.callee):
+        # sorted: a summary is a set, and ordered_by reads orderings in sequence (a set's order would follow the
+        # hash seed, and with it the findings)
+        for waiter, target in sorted(performed(program, edge.callee)):
             found.append(Ordering(
                 "call", translate(program, caller, call, callee, waiter),
                 translate(program, caller, call, callee, target), call.line, call.column, call.region))
@@ -168,7 +170,7 @@ def _bind(program: "Program", caller: "Function", call: Call, edge: "Edge", acce
     callee = program.functions[edge.callee]
     generic = program.options.all_generic_attributes
     found = []
-    for access in accesses:
+    for access in sorted(accesses, key=_access_order):  # a summary is a set: bind in one order whatever the seed
         root, dot, rest = access.path.partition(".")
         if dot and access.path.rsplit(".", 1)[-1] not in generic:
             continue  # `param.ds_secondary_tensor` already pairs by its specific name wherever it is accessed
@@ -182,6 +184,10 @@ def _bind(program: "Program", caller: "Function", call: Call, edge: "Edge", acce
         found.append(Access(access.kind, path + dot + rest, call.line, call.column, op, call.region,
                             access.collective, "", index or access.index))
     return found
+
+
+def _access_order(access: Access) -> tuple:
+    return (access.line, access.column, access.kind, access.path, access.op, access.index, access.region)
 
 
 def _bottom_up(program: "Program", start: str, table: dict, own: Callable, through_call: Callable,
