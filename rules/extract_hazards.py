@@ -566,8 +566,11 @@ class HazardCollector:
 
     def _if(self, node: ast.If) -> None:
         if node.orelse:
-            self.fn.branches.append((node.body[0].lineno, node.body[-1].end_lineno or node.body[-1].lineno,
-                                     node.orelse[0].lineno, node.orelse[-1].end_lineno or node.orelse[-1].lineno))
+            body = (node.body[0].lineno, node.body[-1].end_lineno or node.body[-1].lineno)
+            other = (node.orelse[0].lineno, node.orelse[-1].end_lineno or node.orelse[-1].lineno)
+            self.fn.branches.append(body + other)
+            self.fn.choosing.extend(arm for arm, statements in ((body, node.body), (other, node.orelse))
+                                    if _binds_a_name(statements))
 
     def _name(self, node: ast.Name) -> None:
         if isinstance(node.ctx, ast.Load) and node.id not in ("self", "cls"):
@@ -673,3 +676,18 @@ def _stored(value: ast.AST) -> list[ast.AST]:
     if isinstance(value, ast.Dict):
         return [e for v in value.values if v is not None for e in elements(v)]
     return elements(value)
+
+
+def _binds_a_name(statements: list[ast.stmt]) -> bool:
+    """Whether an arm assigns a plain local name (nested functions and classes aside)."""
+    pending = list(statements)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) for target in targets for t in ast.walk(target)):
+                return True
+        pending.extend(ast.iter_child_nodes(node))
+    return False

@@ -200,6 +200,9 @@ class FunctionFacts:
     async_works: list[AsyncWork] = field(default_factory=list)
     # (first, last) line of an `if` body and of its `else`: code in one never runs after code in the other.
     branches: list[tuple[int, int, int, int]] = field(default_factory=list)
+    # (first, last) line of if/else arms that bind a local name (`stream = self.s1` / `stream = current`): the branch
+    # chooses a value, and an ordering in one arm may belong to that choice (races._ways_through_branches).
+    choosing: list[tuple[int, int]] = field(default_factory=list)
     # (first, last) line of conditional blocks that end in return / raise / continue / break: code in one never
     # runs before code after it.
     exits: list[tuple[int, int]] = field(default_factory=list)
@@ -237,6 +240,7 @@ class FunctionFacts:
         kwargs["params"] = list(data.get("params", ()))
         kwargs["self_assigns"] = list(data.get("self_assigns", ()))
         kwargs["branches"] = [tuple(b) for b in data.get("branches", ())]
+        kwargs["choosing"] = [tuple(b) for b in data.get("choosing", ())]
         kwargs["exits"] = [tuple(b) for b in data.get("exits", ())]
         kwargs["returns"] = [tuple(b) for b in data.get("returns", ())]
         kwargs["guarded"] = [tuple(b) for b in data.get("guarded", ())]

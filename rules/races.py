@@ -86,7 +86,27 @@ def ordered_between(program: "Program", function: Function, after: Position, bef
         return replace(ordering, waiter=frame if ordering.waiter == CURRENT_STREAM else ordering.waiter,
                        target=frame if ordering.target == CURRENT_STREAM else ordering.target)
 
-    return ordered_by(program, _window(program, function, between, in_frame), earlier, later)
+    window = _window(program, function, between, in_frame)
+    return all(ordered_by(program, way, earlier, later) for way in _ways_through_branches(function, window, after, before))
+
+
+def _ways_through_branches(function: Function, window: list[Ordering], after: Position, before: Position):
+    """The window as each way through an if/else between the two positions leaves it, where one arm orders and
+    the other does nothing of the kind (`if event: s.wait_event(event) else: log(...)`): the way through the
+    other arm is not ordered by the first arm's waits. Left as orderings that may run (the lenient reading; a
+    "must" reading of every guard flooded real code with correlated guards): a bare `if`, an if/else whose two
+    arms both order (the author chose a wait for each way), and arms that bind a name (`stream = self.s1` /
+    `stream = current_stream()`: the wait belongs to the stream chosen with it)."""
+    yield window
+    choosing = function.facts.choosing
+    for body_start, body_end, else_start, else_end in function.facts.branches:
+        if not (after[0] < body_start and else_end < before[0]) \
+                or (body_start, body_end) in choosing or (else_start, else_end) in choosing:
+            continue
+        in_body = [o for o in window if body_start <= o.line <= body_end]
+        in_else = [o for o in window if else_start <= o.line <= else_end]
+        if bool(in_body) != bool(in_else):
+            yield [o for o in window if not (body_start <= o.line <= body_end or else_start <= o.line <= else_end)]
 
 
 def _window(program: "Program", function: Function, between, in_frame) -> list[Ordering]:

@@ -84,6 +84,36 @@ class CrossStreamConsumer(Rule):
     summary = "tensor written on one stream is consumed on another stream without a wait or synchronize"
 
     VALID = [
+        # ... and its fixed twin: each way through the if/else makes the copy stream wait (for the event handed in,
+        # or for the current stream); and a stream chosen together with its wait (`stream = self.side` / `stream =
+        # current`) needs no wait on the other way.
+        """
+import torch
+
+class Stash:
+    def __init__(self):
+        self.side = torch.cuda.Stream()
+
+    def stash(self, tensors, sync_event=None):
+        if sync_event is not None:
+            self.side.wait_event(sync_event)
+        else:
+            self.side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self.side):
+            for t in tensors:
+                t.cpu_copy.copy_(t, non_blocking=True)
+        torch.cuda.current_stream().wait_stream(self.side)
+
+    def offload(self, tensor, use_streams):
+        if use_streams:
+            self.side.wait_stream(torch.cuda.current_stream())
+            stream = self.side
+        else:
+            stream = torch.cuda.current_stream()
+        with torch.cuda.stream(stream):
+            tensor.cpu_copy.copy_(tensor, non_blocking=True)
+        torch.cuda.current_stream().wait_stream(stream)
+""",
         # ... and its fixed twin: the current stream waits for the prefetch before the next iteration reads it.
         """
 import torch
@@ -375,6 +405,25 @@ class InputAwaitable:
     ]
 
     INVALID = [
+        # A wait on one way through an if/else only: when no event is handed in, the copy stream reads the tensors
+        # with no wait for the current stream that made them (torchrec's memory stashing, one arm's wait missing).
+        """
+import torch
+
+class Stash:
+    def __init__(self):
+        self.side = torch.cuda.Stream()
+
+    def stash(self, tensors, sync_event=None):
+        if sync_event is not None:
+            self.side.wait_event(sync_event)
+        else:
+            print("no event")
+        with torch.cuda.stream(self.side):
+            for t in tensors:
+                t.cpu_copy.copy_(t, non_blocking=True)  # expect: SC101
+        torch.cuda.current_stream().wait_stream(self.side)
+""",
         # Awaiting the input dist on a stream handed in orders that stream after the all-to-all, not the current
         # stream after that stream (a handle's wait is no wait for another stream).
         """
