@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING
 
 from .facts import NO_REGION, Sync
 from .hooks import hook_run_functions
-from .streams import (CURRENT_STREAM, DEFAULT_STREAM, HOST, PARAM, UNKNOWN, handed_in, names_current, names_default,
-                      stream_id)
+from .streams import (CURRENT_STREAM, DEFAULT_STREAM, HOST, PARAM, UNKNOWN, handed_in, holds_captured_current,
+                      names_current, names_default, stream_id)
 
 if TYPE_CHECKING:
     from .callgraph import Function
@@ -97,10 +97,7 @@ def _ordering(program: "Program", function: "Function", sync: Sync) -> Ordering 
             return here
         if names_default(text):  # the current stream, except inside a hook (hooks.py)
             return DEFAULT_STREAM if function.id in hook_run_functions(program) else CURRENT_STREAM
-        sid = stream_id(program, function, text)
-        if sid == CURRENT_STREAM and text in function.facts.stream_aliases:
-            return CURRENT_STREAM  # `cur = current_stream()` was taken outside the region: the value it had then
-        return here if sid == CURRENT_STREAM else sid
+        return named_stream(program, function, text, here)
 
     if sync.kind == "wait_stream":
         return make(stream(sync.receiver), stream(sync.arg) if sync.arg else UNKNOWN)
@@ -151,8 +148,20 @@ def recorded_streams(program: "Program", event: str) -> frozenset[str]:
 def recording_stream(program: "Program", function: "Function", sync: Sync) -> str:
     """The stream a record puts its event on: `ev.record(s)` / `s.record_event()` name it, else the current one."""
     here = site_stream(program, function, sync.region)
-    on = stream_id(program, function, sync.arg) if sync.arg else here
-    return here if on == CURRENT_STREAM else on
+    return named_stream(program, function, sync.arg, here) if sync.arg else here
+
+
+def named_stream(program: "Program", function: "Function", text: str, here: str) -> str:
+    """The stream `text` stands for at a site that runs on `here`. `current_stream()` called there is `here`; a
+    value that holds the current stream taken earlier (`cur = current_stream()` outside the region, vLLM's
+    `self.main_stream` captured in `__init__`) is the stream current then: the function's own, not the region's
+    (else `self.broadcast_stream.wait_stream(self.main_stream)` inside `with stream(self.broadcast_stream)` would
+    read as the stream waiting for itself)."""
+    sid = stream_id(program, function, text)
+    if sid == CURRENT_STREAM and (text in function.facts.stream_aliases or holds_captured_current(program, function,
+                                                                                                  text)):
+        return CURRENT_STREAM
+    return here if sid == CURRENT_STREAM else sid
 
 
 def _records(program: "Program") -> dict[str, frozenset[str]]:

@@ -92,10 +92,16 @@ def _producer(program: Program, reader: Function, read: Access) -> str | None:
     if _uploads(reader, read) or any(word in read.path.rsplit(".", 1)[-1].lower() for word in HOST_WORDS):
         return None  # `batch.to(device)`, `dst.copy_(host_buf)` on a copy stream: host memory, made by no stream
     if outside and _tensor_position(reader, read) and not any(
-            not _rebound_later(reader, read, writer, write) for writer, write in matching(program, reader, read,
-                                                                                          "write")):
+            not _rebound_later(reader, read, writer, write) and not _same_op(reader, read, writer, write)
+            for writer, write in matching(program, reader, read, "write")):
         return OUTSIDE
     return None
+
+
+def _same_op(reader: Function, read: Access, writer: Function, write: Access) -> bool:
+    """The read's own op writing the tensor in place (`dist.broadcast(t)`, `t.add_(x)`): it writes after it
+    reads, so it is not the producer of what it read."""
+    return writer is reader and (write.line, write.column, write.op) == (read.line, read.column, read.op)
 
 
 def _rebound_later(reader: Function, read: Access, writer: Function, write: Access) -> bool:
@@ -122,13 +128,25 @@ def _tensor_position(reader: Function, read: Access) -> bool:
     imports = reader.file.imports
     if " in " in read.op or op in TENSOR_ARGUMENT_METHODS:
         return True
+    call = _call_holding(reader, read)
     if read.collective:  # a library's collective (`dist.all_reduce`), not a method of that name on an object
-        return any(call.line == read.line and call.callee.rsplit(".", 1)[-1] == op and (
-            "." not in call.callee or call.callee.split(".", 1)[0] in imports) for call in reader.facts.calls)
+        return call is not None and ("." not in call.callee or call.callee.split(".", 1)[0] in imports)
     receiver = (read.path + ".", read.path + "[")
-    return any(((call.line, call.column) == (read.line, read.column) and call.callee.startswith(receiver)) or (
-        call.line == read.line and op in TORCH_CALLABLES and call.callee.rsplit(".", 1)[-1] == op
-        and imports.get(call.callee.split(".", 1)[0], "").startswith("torch")) for call in reader.facts.calls)
+    if any((c.line, c.column) == (read.line, read.column) and c.callee.startswith(receiver)
+           for c in reader.facts.calls):
+        return True
+    return call is not None and op in TORCH_CALLABLES \
+        and imports.get(call.callee.split(".", 1)[0], "").startswith("torch")
+
+
+def _call_holding(reader: Function, read: Access):
+    """The call of the read's op that holds it as an argument: the last one that starts at or before it, on its
+    line or, for a call spread over lines (`dist.broadcast(\n    t, src=...)`), passing its path."""
+    op = read.op.split(" ", 1)[0]
+    calls = [c for c in reader.facts.calls if c.callee.rsplit(".", 1)[-1] == op
+             and (c.line, c.column) <= (read.line, read.column)
+             and (c.line == read.line or read.path in (a.rsplit("=", 1)[-1] for a in c.args))]
+    return max(calls, key=lambda c: (c.line, c.column)) if calls else None
 
 
 def _collective_waited_before(program: Program, reader: Function, read: Access) -> bool:

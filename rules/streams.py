@@ -80,6 +80,14 @@ def stream_id(program: "Program", function: "Function", stream: "Region | str") 
     return text
 
 
+def holds_captured_current(program: "Program", function: "Function", text: str) -> bool:
+    """`self.<attr>` that holds a `current_stream()` taken once (`_captured_current_only`), not a property
+    evaluated where it is read."""
+    return text.startswith(("self.", "cls.")) and text.count(".") == 1 \
+        and not _property_names_current(program, function, text.split(".")[1]) \
+        and _captured_current_only(program, function, text)
+
+
 def handed_in(program: "Program", stream: str) -> bool:
     """`self.<attr>@<owner>` that its class sets only from a method's parameter (`self._stream = stream` in
     `__init__`): a stream the constructor was given, which the code that built the object names its own way

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import textwrap
 
-from static_helpers import facts_of, findings_of, line_of
+from static_helpers import facts_of, findings_of, line_of, program_of
+from streamcheck.rules.orderings import orderings_of
 
 
 def _variant(source: str, ordering: str) -> str:
@@ -130,3 +131,65 @@ def test_a_local_naming_a_parameter_stays_a_local():
     [facts] = facts_of({"h2d.py": source})
     [fn] = [f for f in facts.functions if f.name == "to_device"]
     assert [(a.kind, a.path, a.op) for a in fn.accesses] == [("write", "out", "copy_")]
+
+
+# --- vllm/v1/worker/gpu/pp_utils.py `PPHandler`: a captured main stream, an in-place broadcast over lines --------
+PP_HANDLER = """
+import torch
+
+class PPHandler:
+    def __init__(self, device):
+        self.main_stream = torch.cuda.current_stream(device)
+        self.broadcast_stream = torch.cuda.Stream(device)
+
+    def broadcast_drafts(self, draft_tokens):
+        with torch.cuda.stream(self.broadcast_stream):
+            ORDERING
+            torch.distributed.broadcast(
+                draft_tokens, src=self.last_rank, group=self.broadcast_group
+            )
+            draft_tokens.record_stream(self.broadcast_stream)
+
+    def receive(self):
+        with torch.cuda.stream(self.broadcast_stream):
+            self.broadcast_stream.wait_stream(self.main_stream)
+            sampled = torch.empty(4, 8, device="cuda")
+            torch.distributed.broadcast(sampled, src=self.last_rank)
+            sampled.copy_(self.offsets)
+            event = self.broadcast_stream.record_event()
+            sampled.record_stream(self.main_stream)
+        self.queue.append((event, sampled))
+"""
+
+
+def test_a_broadcast_over_lines_of_a_parameter_needs_the_main_stream_first():
+    # The broadcast reads `draft_tokens` in place: its own write is not the tensor's producer, and the call starts a
+    # line above the argument. The other method's wait on the main stream orders only that method's reads.
+    racy = _variant(PP_HANDLER, "pass")
+    findings = findings_of({"pp.py": racy})
+    assert _summary(findings) == [("SC101", "pp.py", line_of(racy, "draft_tokens, src="), "RAW")]
+    assert findings[0].extra["path"] == "draft_tokens"
+    assert findings[0].extra["reader_stream"] == "self.broadcast_stream"
+    assert findings[0].extra["producer"] == "outside"
+    assert findings_of({"pp.py": _variant(PP_HANDLER, "self.broadcast_stream.wait_stream(self.main_stream)")}) == []
+    one_line = racy.replace("broadcast(\n                draft_tokens, src=self.last_rank, group=self.broadcast_group\n"
+                            "            )", "broadcast(draft_tokens, src=self.last_rank)")
+    assert _summary(findings_of({"pp.py": one_line})) == [
+        ("SC101", "pp.py", line_of(one_line, "broadcast(draft_tokens"), "RAW")]
+
+
+def test_a_wait_for_a_captured_current_stream_inside_a_region_is_no_self_wait():
+    # `self.main_stream` was taken in `__init__`: inside `with stream(self.broadcast_stream)` it is still the main
+    # stream, so `receive`'s wait orders its read of `self.offsets` (a tensor made outside the scan).
+    racy = _variant(PP_HANDLER, "pass").replace(
+        "            self.broadcast_stream.wait_stream(self.main_stream)\n            sampled =",
+        "            sampled =")
+    drafts, add = line_of(racy, "draft_tokens, src="), line_of(racy, "sampled.copy_(self.offsets)")
+    # (with no wait of the broadcast stream left anywhere, SC106 also sees the broadcast overwrite draft_tokens)
+    assert sorted((f.rule, f.primary.line, f.kind, f.extra["path"]) for f in findings_of({"pp.py": racy})) == [
+        ("SC101", drafts, "RAW", "draft_tokens"), ("SC101", add, "RAW", "self.offsets"),
+        ("SC106", drafts, "WAR", "draft_tokens")]
+    program = program_of({"pp.py": _variant(PP_HANDLER, "pass")})
+    receive = program.functions["pp.py::PPHandler.receive"]
+    [wait] = [o for o in orderings_of(program, receive) if o.kind == "wait_stream"]
+    assert (wait.waiter, wait.target) == ("self.broadcast_stream@pp.py::PPHandler", "")
