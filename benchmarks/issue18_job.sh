@@ -29,7 +29,7 @@ from streamcheck.instrument import native; native.load(); print(f"before: native
     > "$OUT/setup-before.log" 2>&1 &
 fi
 DS="0.19.8 0.13.4" . benchmarks/device_setup.sh > "$OUT/setup.log" 2>&1
-python3 -P -c 'from streamcheck.instrument import native; m = native.load(); print("memory reports in C++:", native.memory_reports_in_cpp, "unboxed kernels:", m.unboxed_built())' >> "$OUT/setup.log" 2>&1
+python3 -P -c 'from streamcheck.instrument import native; m = native.load(); print("memory reports in C++:", native.memory_reports_in_cpp, "unboxed kernels:", m.unboxed_built(), "TLS descriptors:", native.tls_descriptors, "TLS offset:", m.tls_offset())' >> "$OUT/setup.log" 2>&1
 wait
 cat "$OUT/setup.log" "$OUT/setup-before.log" 2>/dev/null; rm -f "$OUT/setup-before.log"
 nvidia-smi --query-gpu=name,memory.used --format=csv,noheader

@@ -69,6 +69,16 @@ inline FreshBlocks& fresh_blocks() {
   return *f;
 }
 
+// A reference held for a scope, GIL held: Py_XINCREF / Py_XDECREF themselves, as py::object would do them less
+// the GIL check pybind11 makes at each (about 100 instructions a pair, paid at every op decided here)
+struct Hold {
+  PyObject* object;
+  explicit Hold(PyObject* o) : object(o) { Py_XINCREF(o); }
+  ~Hold() { Py_XDECREF(object); }
+  Hold(const Hold&) = delete;
+  Hold& operator=(const Hold&) = delete;
+};
+
 static thread_local int thread_actor_id = -1;
 static thread_local uint64_t thread_actor_generation = 0;
 static thread_local bool capturing_graph = false;
@@ -101,7 +111,7 @@ inline bool decide_in_cpp(const Plan& plan, const OpAccesses& acc, int64_t strea
   Detector* d = f.detector;
   if (d == nullptr || capturing_graph || site == -2) return false;
   // Python calls below may let another thread run and stop the watch (attach_fast_path(None)): hold the detector
-  py::object keep = py::reinterpret_borrow<py::object>(f.owner);
+  Hold keep(f.owner);
   int thread = current_thread_actor(f, d);
   if (thread < 0) return true;  // the Recorder failed (and switched itself off): drop the op
   int actor = thread;

@@ -37,7 +37,7 @@ inline void free_now(uint64_t ptr, int64_t site) {
   FastPath& f = fast_path();
   Detector* d = f.detector;
   if (d == nullptr) return;
-  py::object keep = py::reinterpret_borrow<py::object>(f.owner);  // as in decide_in_cpp
+  Hold keep(f.owner);  // as in decide_in_cpp
   int thread = current_thread_actor(f, d);
   if (thread < 0) return;
   d->free(thread, ptr, site);
@@ -60,7 +60,7 @@ inline void resolve_frees_in_op(int64_t op_site = kSiteLater) {
   FastPath& f = fast_path();
   Detector* d = f.detector;
   if (d == nullptr) return;  // free_now drops them
-  py::object keep = py::reinterpret_borrow<py::object>(f.owner);  // as in decide_in_cpp
+  Hold keep(f.owner);  // as in decide_in_cpp
   int64_t site = op_site == -2 ? kSiteLater : op_site;  // -2: Python's capture, which site_of_free makes
   for (auto& entry : frees_in_op) {
     if (entry.second != kSiteLater) continue;
@@ -97,7 +97,7 @@ inline void on_free(uint64_t ptr) {
   FastPath& f = fast_path();
   Detector* d = f.detector;
   if (d == nullptr) return;
-  py::object keep = py::reinterpret_borrow<py::object>(f.owner);  // as in decide_in_cpp
+  Hold keep(f.owner);  // as in decide_in_cpp
   // Most blocks were only used by their allocation stream: such a free races with nothing and needs no site.
   int64_t site = d->free_can_race(ptr) ? site_of_free(f) : -1;
   if (op_depth > 0) {
@@ -129,7 +129,7 @@ bool trace_in_cpp(Body&& body) {
     py::gil_scoped_acquire gil;
     FastPath& f = fast_path();
     if (f.detector == nullptr) return false;
-    py::object keep = py::reinterpret_borrow<py::object>(f.owner);  // as in decide_in_cpp
+    Hold keep(f.owner);  // as in decide_in_cpp
     return body(f, f.detector);
   } catch (...) {
     return false;  // a Python error while naming (the Recorder switched off): the Python path decides

@@ -115,21 +115,35 @@ void run_special(const Plan& plan, const c10::OperatorHandle& op, c10::DispatchK
   token = py::object();
 }
 
+// An argument a return may alias. Its extent (range_of's second half) is taken only if the return turns out to
+// live in another storage (a reshape that copied), which most views never do: before the op where the argument may
+// be gone after it (boxed: the stack gives up its arguments), else after it (the caller holds them).
+struct ViewInput {
+  int arg;
+  const at::Tensor* tensor;  // null once the extent is in `range`
+  Range range;
+};
+
+// Reused per thread (no allocation per op): the hook never runs inside itself on one thread (no_hook below). At
+// namespace scope, not in watched(): a function template's statics are one set per instantiation, 90 of them,
+// which made the module's thread-local block 10.5 kB (too large for the static TLS surplus) and gave each op
+// its own cold buffers.
+static thread_local OpAccesses acc_buffer;
+static thread_local std::vector<ViewInput> views_buffer;
+
 // One watched op, however its arguments arrive (boxed on a stack: hook() below; unboxed: unboxed.h): the plan's
 // byte ranges of the arguments, the op run, the ranges of its returns, then the C++ detector or one Python call.
 // for_args(f) / for_rets(f) call f(index, tensor) for every tensor of every argument / return; run() runs the op.
-template <class ForArgs, class Run, class ForRets>
+// kArgsOutlive: the tensors for_args gives stay alive (and unchanged where a return is no view of them) past run().
+template <bool kArgsOutlive = false, class ForArgs, class Run, class ForRets>
 void watched(const c10::OperatorHandle& op, const Plan& plan, ForArgs&& for_args, Run&& run, ForRets&& for_rets) {
   State& s = state();
-  // Reused per thread (no allocation per op): the hook never runs inside itself on one thread (no_hook above)
-  static thread_local OpAccesses acc_buffer;
-  static thread_local std::vector<std::pair<int, Range>> views_buffer;
   OpAccesses& acc = acc_buffer;
   acc.reads.clear();
   acc.writes.clear();
   acc.fresh.clear();
   acc.device = -1;
-  std::vector<std::pair<int, Range>>& view_inputs = views_buffer;  // (argument, range) of arguments a return may alias
+  std::vector<ViewInput>& view_inputs = views_buffer;  // the arguments a return may alias
   view_inputs.clear();
   if (plan.kind == Kind::Access) {
     try {
@@ -139,10 +153,19 @@ void watched(const c10::OperatorHandle& op, const Plan& plan, ForArgs&& for_args
         Role role = plan.roles[i];
         if (role == Role::None || (role == Role::View && !plan.has_views)) return;
         Range r;
+        if (role == Role::View) {
+          if (!locate(t, false, r)) return;
+          if (kArgsOutlive) {
+            view_inputs.push_back({static_cast<int>(i), &t, r});
+          } else {
+            extent(t, r);
+            view_inputs.push_back({static_cast<int>(i), nullptr, r});
+          }
+          return;
+        }
         if (!range_of(t, false, r)) return;
         if (role == Role::Read) acc.add(acc.reads, r);
-        else if (role == Role::Write) acc.add(acc.writes, r);
-        else view_inputs.emplace_back(static_cast<int>(i), r);
+        else acc.add(acc.writes, r);
       });
     } catch (const py::error_already_set&) {
       throw;  // a RaceError from fail-fast mode: the program sees it
@@ -178,16 +201,21 @@ void watched(const c10::OperatorHandle& op, const Plan& plan, ForArgs&& for_args
         int view = plan.view_of[i];
         if (!plan.fresh[i] && view < 0) return;
         Range r;
-        if (!range_of(t, true, r)) return;
+        if (!locate(t, true, r)) return;
         if (view >= 0) {
-          for (const auto& input : view_inputs) {
-            if (input.first != view) continue;
-            if (input.second.base == r.base) return;  // a real view: no data moved
-            acc.add(acc.reads, input.second);  // it copied: read the input, wrote a new tensor
+          for (auto& input : view_inputs) {
+            if (input.arg != view) continue;
+            if (input.range.base == r.base) return;  // a real view: no data moved
+            if (input.tensor != nullptr) {
+              extent(*input.tensor, input.range);
+              input.tensor = nullptr;
+            }
+            acc.add(acc.reads, input.range);  // it copied: read the input, wrote a new tensor
           }
         } else if (returned_an_input(acc.reads, r.base)) {
           return;  // a "fresh" return in a read argument's storage (type_as to the same dtype, _unsafe_view)
         }
+        extent(t, r);
         acc.add(acc.fresh, r);
       });
     }
@@ -401,6 +429,16 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     return true;
 #endif
   }, "Whether unboxed.h's kernels were built (the common ops reach the hook unboxed)");
+  m.def("tls_offset", []() -> py::object {
+#if defined(__x86_64__)
+    uintptr_t tp;
+    asm("mov %%fs:0, %0" : "=r"(tp));  // the thread pointer: static TLS blocks lie just below it (variant II)
+    return py::int_(static_cast<int64_t>(tp) - static_cast<int64_t>(reinterpret_cast<uintptr_t>(&op_depth)));
+#else
+    return py::none();
+#endif
+  }, "Diagnostics: thread pointer minus one of the hook's thread-locals (a few kB: in static TLS, read without a "
+     "call in a -mtls-dialect=gnu2 build; far: a dynamic block); None off x86-64");
   m.def("set_tuning", [](const std::string& name, bool on) {
     Tuning& t = tuning();
     if (name == "fast_frames") t.fast_frames = on;

@@ -36,9 +36,10 @@ inline bool is_pinned(const c10::Storage& storage, uintptr_t base, bool fresh) {
   return pinned;
 }
 
-// The bytes a tensor can touch, as (storage base, start, end); false for tensors streamcheck does not track
-// (empty, meta, sparse, pageable host memory, wrapper subclasses without storage).
-inline bool range_of(const at::Tensor& t, bool fresh, Range& out) {
+// Where a tensor lives (storage base, device) or false for tensors streamcheck does not track (empty, meta, sparse,
+// pageable host memory, wrapper subclasses without storage): range_of's first half, all a view's return needs when
+// it shares its input's storage (hook.cpp).
+inline bool locate(const at::Tensor& t, bool fresh, Range& out) {
   if (!t.defined() || !t.has_storage() || t.unsafeGetTensorImpl()->is_wrapped_number()) return false;
   int64_t numel = t.numel();
   if (numel == 0) return false;
@@ -60,6 +61,13 @@ inline bool range_of(const at::Tensor& t, bool fresh, Range& out) {
   } else {
     return false;
   }
+  out.base = base;
+  return true;
+}
+
+// range_of's second half, after locate(t, ...) said true: the bytes the tensor can touch in its storage.
+inline void extent(const at::Tensor& t, Range& out) {
+  int64_t numel = t.numel();
   int64_t size = t.element_size();
   int64_t start = t.storage_offset() * size;
   int64_t span = numel;
@@ -69,10 +77,15 @@ inline bool range_of(const at::Tensor& t, bool fresh, Range& out) {
     auto strides = t.strides();
     for (size_t d = 0; d < sizes.size(); ++d) span += (sizes[d] - 1) * strides[d];
   }
-  out.base = base;
   out.start = start;
   out.end = start + span * size;
-  out.storage_bytes = static_cast<int64_t>(storage.nbytes());
+  out.storage_bytes = static_cast<int64_t>(t.storage().nbytes());
+}
+
+// The bytes a tensor can touch, as (storage base, start, end); false for tensors streamcheck does not track.
+inline bool range_of(const at::Tensor& t, bool fresh, Range& out) {
+  if (!locate(t, fresh, out)) return false;
+  extent(t, out);
   return true;
 }
 

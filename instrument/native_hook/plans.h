@@ -8,6 +8,8 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include <memory>
+
 #include "state.h"
 
 namespace streamcheck_native {
@@ -93,13 +95,20 @@ struct CachedPlan {
   Plan* plan;
   uint64_t generation;
 };
-static thread_local CachedPlan plan_cache[256];
+// On the heap, not in the thread-local block itself: that block stays small enough for the static TLS surplus,
+// where a TLS-descriptor build (native.py: -mtls-dialect=gnu2) reads every thread-local without a call.
+static thread_local std::unique_ptr<CachedPlan[]> plan_cache;
 
 inline Plan& plan_for(const c10::OperatorHandle& op) {
   const c10::FunctionSchema* key = &op.schema();
   State& s = state();
   uint64_t generation = s.plans_generation.load(std::memory_order_acquire);
-  CachedPlan& slot = plan_cache[(reinterpret_cast<uintptr_t>(key) >> 4) & 255];
+  CachedPlan* cache = plan_cache.get();
+  if (cache == nullptr) {
+    plan_cache.reset(new CachedPlan[256]());  // value-initialized: no key matches
+    cache = plan_cache.get();
+  }
+  CachedPlan& slot = cache[(reinterpret_cast<uintptr_t>(key) >> 4) & 255];
   if (slot.key == key && slot.generation == generation && tuning().plan_cache) return *slot.plan;
   Plan& plan = table_plan(key);
   slot = {key, &plan, generation};

@@ -65,10 +65,10 @@ struct State {
   bool cpu_as_device = false;  // tests: CPU tensors stand for device 0 tensors on the thread's test stream
 };
 
-inline State& state() {
-  static State* s = new State();  // never destroyed: ops may run during interpreter shutdown
-  return *s;
-}
+// Never destroyed: ops may run during interpreter shutdown. A namespace-scope pointer, made when the module loads:
+// every op asks for it several times, and a function's static would be tested for its first use each time.
+inline State* const the_state = new State();
+inline State& state() { return *the_state; }
 
 // Switches for the hook's cheaper ways, each on by default; off gives the way before it, for the side-by-side
 // measurement in one process (benchmarks/native_profile.py) and as a fallback. set_tuning (hook.cpp) sets them.

@@ -148,6 +148,12 @@ struct Returned<R&> {
   const R& get() const { return *value; }
 };
 
+// An argument type that holds its tensors by value: passed on to the op by std::forward, it may be moved from
+template <class T>
+constexpr bool owns_tensors = std::is_same_v<T, at::Tensor> || std::is_same_v<T, std::optional<at::Tensor>> ||
+                              std::is_same_v<T, std::vector<at::Tensor>> || std::is_same_v<T, c10::List<at::Tensor>> ||
+                              std::is_same_v<T, c10::List<std::optional<at::Tensor>>>;
+
 template <class Op, class Schema = typename Op::schema>
 struct Unboxed;
 
@@ -178,11 +184,14 @@ struct Unboxed<Op, R(A...)> {
       size_t i = 0;
       ((each_tensor_of(args, [&](const at::Tensor& t) { f(i, t); }), ++i), ...);
     };
+    // Arguments by reference (or holding no tensor) are the caller's: alive past the op, so watched's view inputs
+    // take their extent only if a return copied
+    constexpr bool kOutlive = ((std::is_reference_v<A> || !owns_tensors<std::decay_t<A>>) && ...);
     if constexpr (std::is_void_v<R>) {
-      watched(op, *plan, for_args, run, [](auto&&) {});
+      watched<kOutlive>(op, *plan, for_args, run, [](auto&&) {});
     } else {
       Returned<R> out;
-      watched(op, *plan, for_args, [&]() { out.run(run); }, [&](auto&& f) { each_return(out.get(), f); });
+      watched<kOutlive>(op, *plan, for_args, [&]() { out.run(run); }, [&](auto&& f) { each_return(out.get(), f); });
       return out.take();
     }
   }
