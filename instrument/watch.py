@@ -329,8 +329,18 @@ def start_from_environment() -> Watch | None:
     except ValueError as exc:
         print(f"streamcheck: {exc}; using auto", file=sys.stderr, flush=True)
         backend = "auto"
+    if backend == "auto" and not _has_cuda():
+        # no stream can race here (the launcher says so): do not build the C++ hook for nothing, which takes
+        # minutes on a busy machine
+        backend = "mode"
     w = Watch(os.environ.get("STREAMCHECK_OUT", "."), fail_fast=os.environ.get("STREAMCHECK_FAIL_FAST") == "1",
               trace=os.environ.get("STREAMCHECK_TRACE") or None, append=True, steps=steps, backend=backend)
     w.start()
     atexit.register(w.stop)
     return w
+
+
+def _has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
