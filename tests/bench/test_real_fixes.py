@@ -185,7 +185,8 @@ def test_group_offloading_records_the_compute_stream_in_0_36_0(sdist):
 # TRL's activation offloading, fixed in PR #7195 (released in 1.14.0): 1.13.0 caches the compute stream once at
 # construction as `torch.cuda.default_stream()` (line 160), and the pack hook (a saved-tensors hook, run on its
 # invoker's stream) makes the offload stream wait for that cached stream (line 286) before cloning the activation
-# on it (line 328). 1.14.0 asks for the current stream each time (an `s0` property) and clones before the wait.
+# on it (line 328; the broadcast arm reads it at 317 first). 1.14.0 asks for the current stream each time (an `s0`
+# property) and clones before the wait.
 ACTIVATION_OFFLOADING = "trl/models/activation_offloading.py"
 
 
@@ -195,12 +196,15 @@ def test_activation_offload_waits_for_the_cached_default_stream_in_1_13_0(sdist)
     assert source[159].strip() == "self.s0 = torch.cuda.default_stream()"
     assert source[285].strip() == "self.s1.wait_stream(self.s0)"
     [finding] = [f for f in _scan(root, "trl/models") if f.primary.path == ACTIVATION_OFFLOADING]
-    assert (finding.rule, finding.kind, finding.primary.line, finding.primary.column) == ("SC101", "RAW", 328, 42)
-    assert finding.primary.snippet == "activation = activation.clone(memory_format=torch.contiguous_format)"
+    # the first read in the region: `torch.as_strided(activation, ...)` of the broadcast arm (its argument's line),
+    # then the clone of the other arm
+    assert (finding.rule, finding.kind, finding.primary.line, finding.primary.column) == ("SC101", "RAW", 317, 25)
+    assert source[316].strip().startswith("activation, size=(storage_size // activation.element_size(),)")
     assert finding.symbol == "OffloadActivations.__init__.pack_tensor"
     assert finding.extra == {"path": "activation", "writer_stream": "", "reader_stream": "self.s1",
                              "consumer": "device op", "producer": "outside"}
-    assert [(r.line, r.role) for r in finding.related] == [(295, "stream context")]
+    assert [(r.line, r.column, r.role) for r in finding.related] == [(328, 42, "read"), (295, 18, "stream context")]
+    assert finding.related[0].snippet == "activation = activation.clone(memory_format=torch.contiguous_format)"
 
 
 def test_activation_offload_waits_for_the_current_stream_in_1_14_0(sdist):
