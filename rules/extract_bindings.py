@@ -136,9 +136,14 @@ class Bindings(ast.NodeVisitor):
                     # `ctx.b[k] = ctx.a.pop(k)` (torchrec's prefetch moves contexts on): b holds what a held
                     self.fn.taken.append((container, moved, target.lineno))
                 names = [e for e in elements(value) if isinstance(e, ast.Name)]
-                for name in names:  # `self.stash[i] = (t, event)`: kept if `event` is recorded here (extract.py)
+                # `self.events[k] = s.record_event()`: the event made and recorded in the statement itself (its
+                # record's receiver is the call's text)
+                made = [dotted(e) for e in elements(value) if isinstance(e, ast.Call)
+                        and isinstance(e.func, ast.Attribute) and e.func.attr == "record_event" and not e.args]
+                for event in [name.id for name in names] + made:
+                    # `self.stash[i] = (t, event)`: kept if `event` is recorded here (extract.py)
                     self.fn.syncs.append(Sync("store", dotted(target.value), target.lineno, target.col_offset + 1,
-                                              name.id, self.region, self.blocks[-1], "[]="))
+                                              event, self.region, self.blocks[-1], "[]="))
                 stored = {e.id for e in names} & self.written_locals.get(id(self.fn), set())
                 if not stored:
                     return

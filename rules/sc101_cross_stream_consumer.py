@@ -84,6 +84,35 @@ class CrossStreamConsumer(Rule):
     summary = "tensor written on one stream is consumed on another stream without a wait or synchronize"
 
     VALID = [
+        # ... and its fixed twin: the current stream waits for the copies back.
+        """
+import torch
+
+
+class Offloader:
+    def __init__(self):
+        self.d2h = torch.cuda.Stream()
+        self.h2d = torch.cuda.Stream()
+        self.done = {}
+
+    def offload(self, key, grad, host):
+        self.d2h.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self.d2h):
+            host.copy_(grad, non_blocking=True)
+        self.done[key] = self.d2h.record_event()
+
+    def step(self, key):
+        event = self.done.pop(key, None)
+        if event is not None:
+            event.synchronize()
+
+    def copy_back(self, params, hosts):
+        self.h2d.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self.h2d):
+            for p, h in zip(params, hosts):
+                p.data.copy_(h, non_blocking=True)
+        torch.cuda.current_stream().wait_stream(self.h2d)
+""",
         # ... and its fixed twin: each way through the if/else makes the copy stream wait (for the event handed in,
         # or for the current stream); and a stream chosen together with its wait (`stream = self.side` / `stream =
         # current`) needs no wait on the other way.
@@ -405,6 +434,36 @@ class InputAwaitable:
     ]
 
     INVALID = [
+        # An event kept in a dict by the statement that records it is the recording stream's (d2h): its
+        # synchronize elsewhere in the file is no wait for the h2d copies handed back to the current stream
+        # (Megatron's hybrid CPU optimizer, with the copy-back's event wait missing).
+        """
+import torch
+
+
+class Offloader:
+    def __init__(self):
+        self.d2h = torch.cuda.Stream()
+        self.h2d = torch.cuda.Stream()
+        self.done = {}
+
+    def offload(self, key, grad, host):
+        self.d2h.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self.d2h):
+            host.copy_(grad, non_blocking=True)
+        self.done[key] = self.d2h.record_event()
+
+    def step(self, key):
+        event = self.done.pop(key, None)
+        if event is not None:
+            event.synchronize()
+
+    def copy_back(self, params, hosts):
+        self.h2d.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self.h2d):
+            for p, h in zip(params, hosts):
+                p.data.copy_(h, non_blocking=True)  # expect: SC101
+""",
         # A wait on one way through an if/else only: when no event is handed in, the copy stream reads the tensors
         # with no wait for the current stream that made them (torchrec's memory stashing, one arm's wait missing).
         """
