@@ -55,9 +55,11 @@ class Bindings(ast.NodeVisitor):
         if self._produces_tensor(node.value):
             # `y = x.to(dev, non_blocking=True)`, `y = torch.cat(...)`: a new tensor written by a kernel on the
             # stream current here (a hidden producer); taken as written where the statement ends.
+            # `out, lse = torch.ops.ns.op(...)`: every name unpacked from the result is such a tensor.
             func = node.value.func
             op = func.attr if isinstance(func, ast.Attribute) else dotted(func)
-            self._access("write", target, *end, op.rsplit(".", 1)[-1], at=end, fresh=True)
+            for name in target.elts if isinstance(target, ast.Tuple) else [target]:
+                self._access("write", name, *end, op.rsplit(".", 1)[-1], at=end, fresh=True)
         elif self._bound_in_region(target, node.value):
             # `self.cached = gather(x)` / `self.cached = out` inside `with stream(s):` keeps a tensor of s's work
             # for later: a binding (op ALIAS) that tells where the attribute's tensor comes from, not a kernel's
@@ -209,12 +211,16 @@ class Bindings(ast.NodeVisitor):
                            for k in value.keywords)
             return last in PRODUCING_METHODS
         head = callee.split(".", 1)[0]
-        if self.facts.imports.get(head) not in ("torch", "torch.nn.functional") or callee.count(".") > 1:
+        # `torch.ops.fsdp.all_gather_copy_in(inputs, ...)`: a registered operator, a kernel on its tensor arguments
+        custom_op = self.facts.imports.get(head) == "torch" and callee.count(".") == 3 and \
+            callee.split(".")[1] == "ops"
+        if self.facts.imports.get(head) not in ("torch", "torch.nn.functional") or (
+                callee.count(".") > 1 and not custom_op):
             return False  # `torch.cat`, `F.linear`; not `torch.cuda.current_stream()`, `torch.distributed.x`
         if not value.args or not isinstance(value.args[0], (ast.Name, ast.Attribute, ast.Subscript, ast.List,
                                                               ast.Tuple, ast.ListComp)):
             return False  # a factory (`torch.zeros(n)`): initialization, not a producer of data another stream awaits
-        return last in TORCH_CALLABLES and last not in NOT_PRODUCERS
+        return custom_op or last in TORCH_CALLABLES and last not in NOT_PRODUCERS
 
     def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
         self._note_self_assigns([node.target])

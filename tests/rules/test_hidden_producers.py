@@ -98,3 +98,31 @@ def test_a_gradient_read_on_a_side_stream_before_waiting_for_the_backward():
         "param.grad", "autograd", "self.reduce_stream")
     waited = GRADIENTS.replace("{wait}", "self.reduce_stream.wait_stream(torch.cuda.current_stream())")
     assert [f.extra["consumer"] for f in findings_of({"m.py": waited})] == ["outside"]
+
+
+COPY_IN = """
+    import torch
+
+    def gather(inputs, output, copy_in_stream, gather_stream, comm):
+        with torch.cuda.stream(copy_in_stream):
+            flat_in, flat_out = torch.ops.fsdp.all_gather_copy_in(inputs, output, 0)
+        {wait}
+        with torch.cuda.stream(gather_stream):
+            comm(output_tensor=flat_out, input_tensor=flat_in)
+"""
+
+
+def test_every_result_unpacked_from_a_registered_operator_is_its_output():
+    # FSDP2's foreach_all_gather: both tensors of `torch.ops.fsdp.all_gather_copy_in` are written on the copy-in
+    # stream and handed to the all-gather callable on another stream.
+    racy = COPY_IN.replace("{wait}", "pass")
+    found = findings_of({"m.py": racy})
+    assert [(f.rule, f.kind, f.primary.line, f.extra["path"], f.related[0].line) for f in found] == [
+        ("SC101", "RAW", line_of(racy, "flat_in, flat_out ="), "flat_in", line_of(racy, "comm(output_tensor")),
+        ("SC101", "RAW", line_of(racy, "flat_in, flat_out ="), "flat_out", line_of(racy, "comm(output_tensor")),
+    ]
+    assert {(f.extra["writer_stream"], f.extra["reader_stream"]) for f in found} == {
+        ("copy_in_stream", "gather_stream")}
+    assert [f.primary.note for f in found] == ["all_gather_copy_in in gather"] * 2
+    waited = COPY_IN.replace("{wait}", "gather_stream.wait_stream(copy_in_stream)")
+    assert findings_of({"m.py": waited}) == []
