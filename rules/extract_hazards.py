@@ -641,7 +641,10 @@ class HazardCollector:
             if fn.name == "__init__":  # `self.buf = buf`: what a constructor keeps (host_read_after_escape.py)
                 interesting.update(u.path for u in fn.uses if u.how == "escape" and u.arg.startswith("self.")
                                    and u.path in fn.params)
-            fn.uses = [u for u in fn.uses if u.path in interesting or u.how == "wait"]  # waits: for callers too
+            # A container store of a kept tensor (`state[key] = buf`) says where it went (release_after_side_use.py).
+            stores = {u.line for u in fn.uses if u.how == "escape" and u.path in interesting}
+            fn.uses = [u for u in fn.uses if u.path in interesting or u.how == "wait"  # waits: for callers too
+                       or (u.arg == "[]=" and u.line in stores)]
             fn.placements = [p for p in fn.placements if p.path in interesting or p.path.startswith("self.")]
             for line in [u.line for u in fn.uses] + [c.line for c in fn.async_copies] + [
                     w.line for w in fn.async_works] + [fn.end_line]:

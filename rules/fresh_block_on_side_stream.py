@@ -88,11 +88,17 @@ def ordered_on_every_way(program: Program, function: Function, position: Positio
 
 
 def _allocation(program: Program, function: Function, write: Access) -> Allocation | None:
-    """Where the tensor `write` touches was allocated, when its last binding before the write in this function is
-    a fresh device allocation (a factory, a copy, or a call of a scanned helper returning one)."""
+    return allocation_before(program, function, write.path, (write.line, write.column))
+
+
+def allocation_before(program: Program, function: Function, path: str, position: tuple[int, int]) \
+        -> Allocation | None:
+    """Where the tensor `path` holds at `position` was allocated, when its last binding before it in this function
+    is a fresh device allocation (a factory, a copy, or a call of a scanned helper returning one)."""
     facts = function.facts
-    bindings = [u for u in facts.uses if u.path == write.path and u.how == "rebind"
-                and (u.line, u.column) < (write.line, write.column) and not exclusive(facts, u.line, write.line)]
+    line = position[0]
+    bindings = [u for u in facts.uses if u.path == path and u.how == "rebind"
+                and (u.line, u.column) < position and not exclusive(facts, u.line, line)]
     if not bindings:
         return None
     last = max(bindings, key=lambda u: (u.line, u.column))
@@ -100,7 +106,7 @@ def _allocation(program: Program, function: Function, write: Access) -> Allocati
     # in the source that allocates is reported: `if preallocated: buf = torch.empty_like(...)` before its `else`).
     candidates = [last] + [b for b in bindings if exclusive(facts, b.line, last.line)]
     for binding in sorted(candidates, key=lambda u: (u.line, u.column)):
-        found = _fresh_binding(program, function, write.path, binding)
+        found = _fresh_binding(program, function, path, binding)
         if found is not None:
             return found
     return None

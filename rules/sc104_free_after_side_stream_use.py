@@ -22,7 +22,10 @@ class FreeAfterSideStreamUse(Rule):
         (`param.grad = None`), `x.data = <new tensor>` (not a swap to another tensor it holds),
         `x.resize_(...)`, `x.storage().resize_(0)`, `del container[key]`, or the end of the function for a
         local it allocated and
-        never handed out. It is reported when the function
+        never handed out. A local it allocated (or got from a scanned helper that allocates it) and then stores
+        for later code (`state[key] = buf`, `dest.data = buf`, `obj.f = buf`) counts as released there, unless
+        the current stream waits for the side stream before the function ends: whoever frees it later does not
+        know a side stream used the block. It is reported when the function
         never calls `x.record_stream(...)` and no `wait_stream` / `wait_event` / synchronize lies between the
         region and the release. A `self.` attribute that some method of the class assigns inside a region of the
         same stream is taken as allocated on that stream (its release there is ordered).
@@ -59,6 +62,22 @@ class FreeAfterSideStreamUse(Rule):
     summary = "tensor used on a side stream is freed without record_stream or a wait"
 
     VALID = [
+        # A block of the current stream (from a helper that allocates it) filled on the copy stream and stored
+        # for later code, recorded for the copy stream first (DeepSpeed's offload_adam_states move_back_key).
+        """
+import torch
+
+def alloc(like):
+    buf = torch.empty_like(like, device="cuda")
+    return buf
+
+def move_back(state, key, host, copy_stream):
+    buf = alloc(host)
+    with torch.cuda.stream(copy_stream):
+        buf.copy_(host, non_blocking=True)
+    buf.record_stream(copy_stream)
+    state[key] = buf
+""",
         # record_stream before the free.
         """
 import torch
@@ -277,6 +296,31 @@ def prefetch(context, modules, dist_stream, forward_stream):
     ]
 
     INVALID = [
+        # ... the same without the record: whoever frees `state[key]` later returns the block to the current
+        # stream's pool while the copy may still write it.
+        """
+import torch
+
+def alloc(like):
+    buf = torch.empty_like(like, device="cuda")
+    return buf
+
+def move_back(state, key, host, copy_stream):
+    buf = alloc(host)
+    with torch.cuda.stream(copy_stream):
+        buf.copy_(host, non_blocking=True)
+    state[key] = buf  # expect: SC104
+""",
+        # Stored into another tensor's `.data` (move_back_hp_param).
+        """
+import torch
+
+def move_back(dest, host, copy_stream):
+    buf = torch.empty_like(host, device="cuda")
+    with torch.cuda.stream(copy_stream):
+        buf.copy_(host, non_blocking=True)
+    dest.data = buf  # expect: SC104
+""",
         # Made on the side stream and handed to the current stream without `record_stream`.
         """
 import torch
