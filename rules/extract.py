@@ -126,6 +126,7 @@ class _FactsVisitor(CallsAndAccesses, Bindings, RegionsAndBlocks, ast.NodeVisito
         self.aliases: dict[int, dict[str, str]] = {}  # per function: local -> the attribute path it names
         self.awaited_containers: dict[int, set[str]] = {}  # per function: local dicts of awaited results
         self.written_locals: dict[int, set[str]] = {}  # per function: the plain names it has written so far
+        self.tensor_params: dict[int, set[str]] = {}  # per function: parameters annotated as tensors
         self.defined: set[str] = set()
         self.hazards = None
         if detailed:  # SC102-SC105 facts: every node is shown to the collector first (extract_hazards.py)
@@ -276,6 +277,8 @@ class _FactsVisitor(CallsAndAccesses, Bindings, RegionsAndBlocks, ast.NodeVisito
         if args.kwarg:
             fn.params.append(args.kwarg.arg)
         self.facts.functions.append(fn)
+        self.tensor_params[id(fn)] = {a.arg for a in args.posonlyargs + args.args + args.kwonlyargs
+                                      if a.annotation is not None and "Tensor" in ast.unparse(a.annotation)}
         returned = _property_value(node)
         if returned is not None and "stream" in returned.lower():  # `@property def s0(self): return current_stream()`
             fn.stream_aliases[PROPERTY_VALUE] = [returned]

@@ -91,6 +91,9 @@ class CallsAndAccesses(ast.NodeVisitor):
         collective = matches_name(callee, self.collectives)
         if not collective and self._is_distributed(callee):
             return  # `dist.get_world_size(group)`, `dist.barrier()`: process groups and ranks, no tensor data
+        if isinstance(node.func, ast.Subscript):
+            self._launched(node, line, col, callee)
+            return
         if not (collective or tensor_method or self._is_torch_function(callee)):
             self._handed_off(node, line, col, last)
             return  # a hand-off to other code: what the callee does with it is the callee's (summaries.py)
@@ -107,6 +110,15 @@ class CallsAndAccesses(ast.NodeVisitor):
             if kw.arg not in (None, "out") and (not collective or kw.arg in TENSOR_KEYWORDS):
                 self._argument(kw.value, line, col, last, collective, written,
                                kw.arg in written.keywords if written else False)
+
+    def _launched(self, node: ast.Call, line: int, col: int, callee: str) -> None:
+        """`kernel[grid](x, out, n, ...)`: a Triton (or Numba) kernel launched on the current stream reads its tensor
+        arguments: parameters annotated as tensors and locals this function wrote (ints and strides are no
+        tensors). Which of them it writes is the kernel's business, so only the reads are facts."""
+        tensors = self.tensor_params.get(id(self.fn), set()) | self.written_locals.get(id(self.fn), set())
+        for arg in node.args:
+            if isinstance(arg, ast.Name) and arg.id in tensors:
+                self._access("read", arg, line, col, callee)
 
     def _handed_off(self, node: ast.Call, line: int, col: int, callee: str) -> None:
         """A local this function wrote, handed to other code (`self._module.compute(ctx, data)`): read by it on

@@ -193,3 +193,48 @@ def test_a_wait_for_a_captured_current_stream_inside_a_region_is_no_self_wait():
     receive = program.functions["pp.py::PPHandler.receive"]
     [wait] = [o for o in orderings_of(program, receive) if o.kind == "wait_stream"]
     assert (wait.waiter, wait.target) == ("self.broadcast_stream@pp.py::PPHandler", "")
+
+
+# --- vllm/models/inkling/nvidia/ops/qkvr_prep.py `qkvr_prep`: a Triton launch in a helper called on a side stream --
+QKVR = """
+import torch
+import triton
+
+@triton.jit
+def _kv_kernel(qkvr_ptr, cache_ptr, tokens, eps, BLOCK):
+    pass
+
+def _run_tiled_kv(qkvr: torch.Tensor, key_cache: torch.Tensor, *, eps: float) -> None:
+    tokens = qkvr.shape[0]
+    _kv_kernel[(triton.cdiv(tokens, 64),)](
+        qkvr,
+        key_cache,
+        tokens,
+        eps,
+        BLOCK=64,
+    )
+
+def qkvr_prep(qkvr: torch.Tensor, key_cache: torch.Tensor, eps: float):
+    kv_stream = aux_stream()
+    current_stream = torch.cuda.current_stream()
+    ORDERING
+    with torch.cuda.stream(kv_stream):
+        _run_tiled_kv(qkvr, key_cache, eps=eps)
+    current_stream.wait_stream(kv_stream)
+"""
+
+
+def test_a_kernel_launch_reads_its_tensor_arguments():
+    # `_kv_kernel[grid](...)` reads the tensors it is given (parameters annotated as tensors; `tokens`, `eps` are
+    # numbers): called under `kv_stream`, the caller's inputs need the current stream first.
+    racy = _variant(QKVR, "pass")
+    findings = findings_of({"qkvr.py": racy})
+    assert _summary(findings) == [("SC101", "qkvr.py", line_of(racy, "_run_tiled_kv(qkvr, key_cache"), "RAW")]
+    assert findings[0].extra["path"] == "qkvr"
+    assert findings[0].extra["reader_stream"] == "kv_stream"
+    assert findings_of({"qkvr.py": _variant(QKVR, "kv_stream.wait_stream(current_stream)")}) == []
+    [facts] = facts_of({"qkvr.py": racy})
+    [helper] = [f for f in facts.functions if f.name == "_run_tiled_kv"]
+    assert [(a.kind, a.path, a.op) for a in helper.accesses] == [
+        ("read", "qkvr", "_kv_kernel[]"), ("read", "key_cache", "_kv_kernel[]")]
+
