@@ -11,6 +11,10 @@ constructor): the wait is then the receiver's job. This module follows it to the
   parameter on `self` (`self._host_splits = host_splits`), and a method of that class reads the attribute on the
   host (`.tolist()`, `.item()`, `.numpy()`) with no host wait before it in the method (DeepSpeed's
   `_PendingSplitPlan.wait`, whose `self._ready_event.synchronize()` is the wait).
+- **kept on `self` by the copy:** the destination is an attribute of `self`, the copying method returns with no host
+  wait after the copy, and another method of the class reads the attribute on the host with no host wait before
+  the read in that method (vLLM's model runner copies draft tokens on a side stream in one method and reads them
+  in another after `self.draft_token_ids_event.synchronize()`).
 A host wait (a stream, event or device synchronize, a blocking read of a device tensor, a call that always does
 one) between the copy and the escape in the copying function, or before the read in the reading method, orders it.
 """
@@ -43,6 +47,9 @@ def host_reads_after_escape(program: Program, rule_id: str) -> Iterable[Finding]
         for copy in function.facts.async_copies:
             if not copy.dst or copy.dst.startswith("(") or direction(program, function, copy) != "d2h":
                 continue
+            if _kept_on_self(copy) and not host_blocked_between(program, function, copy.line,
+                                                                 function.facts.end_line + 1, {copy.dst}):
+                yield from _read_by_sibling_methods(program, rule_id, function, copy)
             for use in _escapes(function, copy):
                 if host_blocked_between(program, function, copy.line, use.line, {copy.dst}):
                     continue
@@ -90,6 +97,29 @@ def _read_by_kept_attribute(program: Program, rule_id: str, escape: Escape) -> I
                                        f"destination")
 
 
+def _kept_on_self(copy: AsyncCopy) -> bool:
+    """The copy's destination is an attribute of `self` (`self.draft_token_ids_cpu[:n].copy_(d, non_blocking=True)`):
+    it stays there for every method of the class after the copying method returns."""
+    return copy.dst.startswith("self.") and copy.dst.count(".") == 1
+
+
+def _read_by_sibling_methods(program: Program, rule_id: str, function: Function,
+                             copy: AsyncCopy) -> Iterator[Finding]:
+    """Another method of the class reads the attribute on the host with no host wait before it in that method
+    (vLLM's `_get_draft_token_ids_cpu`, whose `self.draft_token_ids_event.synchronize()` is the wait)."""
+    escape = Escape(function, copy, copy.end_line, copy.column)
+    for method in program.functions_of_class(function):
+        if method is function or method.facts.name == "__init__":
+            continue  # (a constructor runs before any method of its object: vLLM's CpuGpuBuffer takes `.numpy()`)
+        for sync in method.facts.syncs:
+            if sync.kind != "host_sync" or not _reads(sync.receiver, copy.dst):
+                continue
+            if host_blocked_between(program, method, method.facts.line, sync.line, {copy.dst}):
+                continue
+            yield _finding(program, rule_id, escape, method, sync, function, None,
+                           f"`{copy.dst}`, which `{function.facts.qualname}` fills by the copy and keeps on `self`")
+
+
 def _kept_as(init: Function, call: Call, argument: str) -> list[str]:
     """The `self.` attributes `__init__` stores the parameter bound to `argument` at `call` in."""
     params = [p for p in init.facts.params if argument_for(init, call, p) == argument]
@@ -103,8 +133,9 @@ def _reads(receiver: str, path: str) -> bool:
 
 
 def _finding(program: Program, rule_id: str, escape: Escape, reader: Function, read: Sync, caller: Function,
-             call: Call, what: str) -> Finding:
+             call: Call | None, what: str) -> Finding:
     copy = escape.copy
+    called = (location(caller, call.line, call.column, ROLE_CALL, f"calls `{call.callee}`"),) if call else ()
     return Finding(
         rule=rule_id,
         message=(f"{what}, is read by `.{read.method}()` on the host in `{reader.facts.qualname}` while the "
@@ -112,8 +143,7 @@ def _finding(program: Program, rule_id: str, escape: Escape, reader: Function, r
                  f"line {copy.line}) may still be running: nothing waits for the copy in between"),
         primary=location(reader, read.line, read.column, ROLE_READ, f"host read in {reader.facts.qualname}"),
         related=(location(escape.function, copy.line, copy.column, ROLE_WRITE,
-                          f"non_blocking {copy.op} into `{copy.dst}`"),
-                 location(caller, call.line, call.column, ROLE_CALL, f"calls `{call.callee}`")),
+                          f"non_blocking {copy.op} into `{copy.dst}`"),) + called,
         fix=(f"Wait for the copy before the host reads it: record an event after the copy and call "
              f"`event.synchronize()` before line {read.line} of {reader.file.path} (or synchronize the copying "
              f"stream in `{escape.function.facts.qualname}` before the destination leaves it)."),

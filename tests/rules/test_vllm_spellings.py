@@ -238,3 +238,34 @@ def test_a_kernel_launch_reads_its_tensor_arguments():
     assert [(a.kind, a.path, a.op) for a in helper.accesses] == [
         ("read", "qkvr", "_kv_kernel[]"), ("read", "key_cache", "_kv_kernel[]")]
 
+
+# --- gpu_model_runner.py `_copy_draft_token_ids_to_cpu` / `_get_draft_token_ids_cpu`: a D2H kept on self ------------
+DRAFTS_TO_HOST = """
+import torch
+
+class Runner:
+    def copy_drafts(self, draft_token_ids):
+        default_stream = torch.cuda.current_stream()
+        num_reqs = draft_token_ids.shape[0]
+        with torch.cuda.stream(self.draft_copy_stream):
+            self.draft_copy_stream.wait_stream(default_stream)
+            self.draft_token_ids_cpu[:num_reqs].copy_(draft_token_ids, non_blocking=True)
+            self.draft_event.record()
+
+    def get_drafts(self, n):
+        ORDERING
+        return self.draft_token_ids_cpu[:n].tolist()
+"""
+
+
+def test_a_host_read_in_another_method_of_a_copy_kept_on_self_needs_a_wait():
+    racy = _variant(DRAFTS_TO_HOST, "pass")
+    copy = line_of(racy, "copy_(draft_token_ids")
+    every = findings_of({"runner.py": racy})
+    # (the hand-out to the current stream's readers is outside_consumers.py's SC101, there before this shape)
+    assert sorted(_summary(every)) == [("SC101", "runner.py", copy, "RAW"),
+                                       ("SC102", "runner.py", line_of(racy, ".tolist()"), "HOST")]
+    findings = [f for f in every if f.rule == "SC102"]
+    assert findings[0].extra["path"] == "self.draft_token_ids_cpu"
+    assert [(r.role, r.line) for r in findings[0].related] == [("write", copy)]
+    assert findings_of({"runner.py": _variant(DRAFTS_TO_HOST, "self.draft_event.synchronize()")}) == []
