@@ -122,6 +122,8 @@ def _stored(facts: FunctionFacts, escape: Use) -> bool:
     `dest.data = x`, `state[key] = x`), freed later by unrelated code; not a return or a call's argument (a
     constructor's): those go to the caller, whose own reads must wait for the side stream anyway (measured: such
     hand-outs gave 6 findings on unmodified torchrec test utilities and pipelines and no mutation site)."""
+    if any(s.kind == "store" and s.line == escape.line for s in facts.syncs):
+        return False  # stored with an event recorded here (`stash[k] = (buf, s.record_event())`): its keeper waits it
     return escape.arg not in ("", RETURNED) or any(
         u.how == "write" and u.arg == "[]=" and u.line == escape.line for u in facts.uses)
 

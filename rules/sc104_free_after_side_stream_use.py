@@ -62,6 +62,23 @@ class FreeAfterSideStreamUse(Rule):
     summary = "tensor used on a side stream is freed without record_stream or a wait"
 
     VALID = [
+        # Stored together with an event recorded on the side stream after its use (TRL 1.14's forward stash): the
+        # keeper waits the event before it lets the block go.
+        """
+import torch
+
+
+class Stash:
+    def offload(self, key, x, side):
+        activation = x.clone()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            cpu = torch.empty(activation.shape, device="cpu", pin_memory=True)
+            cpu.copy_(activation, non_blocking=True)
+        event = side.record_event()
+        self.stash[key] = (activation, event)
+        return cpu, event
+""",
         # A block of the current stream (from a helper that allocates it) filled on the copy stream and stored
         # for later code, recorded for the copy stream first (DeepSpeed's offload_adam_states move_back_key).
         """
