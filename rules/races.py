@@ -86,8 +86,8 @@ def ordered_between(program: "Program", function: Function, after: Position, bef
         return replace(ordering, waiter=frame if ordering.waiter == CURRENT_STREAM else ordering.waiter,
                        target=frame if ordering.target == CURRENT_STREAM else ordering.target)
 
-    window = _window(program, function, between, in_frame)
-    return all(ordered_by(program, way, earlier, later) for way in _ways_through_branches(function, window, after, before))
+    ways = _ways_through_branches(function, _window(program, function, between, in_frame), after, before)
+    return all(ordered_by(program, way, earlier, later) for way in ways)
 
 
 def _ways_through_branches(function: Function, window: list[Ordering], after: Position, before: Position):
@@ -103,9 +103,9 @@ def _ways_through_branches(function: Function, window: list[Ordering], after: Po
         if not (after[0] < body_start and else_end < before[0]) \
                 or (body_start, body_end) in choosing or (else_start, else_end) in choosing:
             continue
-        in_body = [o for o in window if body_start <= o.line <= body_end]
-        in_else = [o for o in window if else_start <= o.line <= else_end]
-        if bool(in_body) != bool(in_else):
+        in_body = any(body_start <= o.line <= body_end for o in window)
+        in_else = any(else_start <= o.line <= else_end for o in window)
+        if in_body != in_else:
             yield [o for o in window if not (body_start <= o.line <= body_end or else_start <= o.line <= else_end)]
 
 
