@@ -277,7 +277,30 @@ def hf_trainer_loop() -> FrameworkLoop:
     return loop
 
 
+# ---- a loop of small ops (no framework): the hook's per-op cost with little else in the step ----------------------
+def op_loop(iterations: int = 200) -> Loop:
+    """Per iteration 7 ops on 256x256 tensors, launch-bound: two fresh outputs a round (an allocation and a free
+    each), an in-place write, a reduction, two views and a fill of one; one stream."""
+    torch.manual_seed(1234)
+    x = torch.randn(256, 256, device="cuda")
+    w = torch.randn(256, 256, device="cuda")
+    b = torch.randn(256, device="cuda")
+
+    def step() -> float:
+        z = None
+        for _ in range(iterations):
+            y = torch.mm(x, w)
+            y = y + b
+            y.mul_(0.5)
+            z = y.sum()
+            y.view(-1)[:128].fill_(0.0)
+        return z.item()
+
+    return Loop(step)
+
+
 SETUPS: dict[str, Callable[[int], object]] = {
+    "op-loop": lambda steps: op_loop(),
     "deepspeed-zero1": lambda steps: deepspeed_loop(1),
     "deepspeed-zero2": lambda steps: deepspeed_loop(2, overlap_comm=False),
     "deepspeed-zero2-overlap": lambda steps: deepspeed_loop(2, overlap_comm=True),

@@ -7,6 +7,8 @@
 #                                                # then the tests part (MODE_FILTER on the mode); OVERHEAD=0, TESTS=0;
 #                                                # PAIRED_ROUNDS=N first: plain/watch/watch_before in N short rounds
 #   PART=stages bash benchmarks/issue18_job.sh   # the ZeRO-2 ratio, then the hook's stages on a stage-times build
+#   PART=sources bash benchmarks/issue18_job.sh  # per-op cost of each source (watch_no_* phases) on op-loop and
+#                                                # ZeRO-2 in rotated rounds, then both on a stage-times build
 #   PART=paired bash benchmarks/issue18_job.sh   # the CPU tests of the hook on this Python (GPU hidden), then the
 #                                                # ZeRO-2 phases with the hook's switches (TUNED in native_profile.py)
 #                                                # in ROUNDS rotated rounds, then the same on a stage-times build
@@ -102,6 +104,30 @@ print("fast frames built:", native.load().fast_frames_built())'
     "${pin_cmd[@]}" python3 -P benchmarks/native_profile.py --steps "${STEPS:-8}" --rounds "${STAGE_ROUNDS:-2}" \
     --phases plain,passthrough,watch,watch_before > "$OUT/stages.log" 2>&1
   echo "stages rc=$?"; grep -v "^\[plain\]\|^\[passthrough\] median" "$OUT/stages.log" | grep -v "Warning\|warn"
+fi
+if [ "${PART:-timing}" = sources ]; then
+  # where the per-op time goes (session 8): the watch beside the watch_no_* phases (native_profile.py: one source of
+  # per-op cost taken away each), on a loop of small ops (op-loop), then on the ZeRO-2 workload, in rotated rounds;
+  # then the ZeRO-2 watch on a stage-times build (built in the background meanwhile)
+  (STREAMCHECK_NATIVE_CFLAGS=-DSTREAMCHECK_STAGE_TIMES TORCH_EXTENSIONS_DIR=/tmp/ext-stages python3 -P -c \
+    'from streamcheck.instrument import native; native.load(); print("stage-times build ready")') \
+    > /tmp/stage-build.log 2>&1 &
+  phases=${SOURCE_PHASES:-plain,passthrough,hook_boxing,watch,watch_no_memory,watch_no_gpu_trace,watch_no_sites,watch_no_detector,watch_no_gil}
+  for setup in ${SOURCE_SETUPS:-op-loop deepspeed-zero2-overlap}; do
+    rounds=${SOURCE_ROUNDS:-16}; [ "$setup" = op-loop ] && rounds=${LOOP_ROUNDS:-10}
+    log "native_profile.py --setup $setup $phases x $rounds rounds of ${PAIRED_STEPS:-4} steps"
+    timeout "$(left 120)" python3 -P benchmarks/native_profile.py --setup "$setup" --steps "${PAIRED_STEPS:-4}" \
+      --rounds "$rounds" --phases "$phases" --json "$OUT/sources-$setup.json" > "$OUT/sources-$setup.log" 2>&1
+    echo "sources rc=$?"; sed -n '/^setup/,$p' "$OUT/sources-$setup.log"
+  done
+  wait; cat /tmp/stage-build.log
+  log "stage-times build: plain,passthrough,watch on ZeRO-2 x ${STAGE_ROUNDS:-1}, and on op-loop"
+  for setup in deepspeed-zero2-overlap op-loop; do
+    STREAMCHECK_NATIVE_CFLAGS=-DSTREAMCHECK_STAGE_TIMES TORCH_EXTENSIONS_DIR=/tmp/ext-stages timeout "$(left 5)" \
+      python3 -P benchmarks/native_profile.py --setup $setup --steps "${STEPS:-8}" --rounds "${STAGE_ROUNDS:-1}" \
+      --phases plain,passthrough,watch > "$OUT/stages-$setup.log" 2>&1
+    echo "stages rc=$?"; grep -v "^\[plain\]\|^\[passthrough\] median" "$OUT/stages-$setup.log" | grep -v "Warning\|warn"
+  done
 fi
 if [ "${PAIRED_ROUNDS:-0}" -gt 0 ] && { [ "${PART:-timing}" = final ] || [ "${PART:-timing}" = tests ]; }; then
   # the per-op figure first, on a quiet machine: many short rotated rounds (PAIRED_PHASES)

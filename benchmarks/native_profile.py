@@ -20,6 +20,11 @@ one unmeasured step each:
   hook's newer ways switched off (set_tuning: the frame walk of frame objects; frees inside an op taken under the
   GIL at once; every op boxed, unboxed.h's too; before: also no per-thread plan cache and no recycled shadows): what
   each saved, beside it in one process;
+- watch_no_memory, watch_no_gpu_trace, watch_no_sites, watch_no_detector, watch_no_gil: a full native watch with
+  one source of per-op cost taken away (measurement only: what it finds changes): the allocator's reports dropped;
+  torch's GPU trace stopped (no report made at all); no call site taken; the GIL and the site taken but the op
+  dropped before the detector; the op dropped once its byte ranges are read (no GIL). Beside watch, each says
+  what that source costs per op;
 - csan: PyTorch's CUDA sanitizer (torch.cuda._sanitizer), last: it cannot be switched off.
 Printed per phase: median step (ms), ratio to plain, and (for phases that count ops) µs per op over plain.
 With `--rounds R` the phases take turns R times, each round in a rotated order (so no phase always follows the
@@ -51,7 +56,11 @@ PHASES = ("plain", "passthrough", "hook_boxing", "hook_noop", "trace_callbacks",
 TUNED = {"watch_slow_frames": {"fast_frames": False}, "watch_eager_frees": {"lazy_frees": False},
          "watch_boxed": {"unboxed": False},
          "watch_before": {"fast_frames": False, "lazy_frees": False, "plan_cache": False,
-                          "recycle_shadows": False, "unboxed": False}}  # hook.cpp set_tuning: each switch off
+                          "recycle_shadows": False, "unboxed": False},  # hook.cpp set_tuning: each switch off
+         # one source of per-op cost taken away (and with it what the watch finds: measurement only, state.h)
+         "watch_no_memory": {"memory_reports": False}, "watch_no_gpu_trace": {"gpu_trace": False},
+         "watch_no_sites": {"sites": False}, "watch_no_detector": {"detector": False}, "watch_no_gil": {"gil": False}}
+AFTER_START = {"gpu_trace"}  # switches that act on what watch.start() sets up: applied after it
 
 
 class NullSink:
@@ -142,8 +151,9 @@ class Phase:
 
                 module = native.load()
                 for switch, on in TUNED[name].items():
-                    module.set_tuning(switch, on)
-                    self.undo.append(lambda switch=switch: module.set_tuning(switch, True))
+                    if switch not in AFTER_START:
+                        module.set_tuning(switch, on)
+                        self.undo.append(lambda switch=switch: module.set_tuning(switch, True))
 
             if name in ("watch_null_sink", "watch_py_detector"):
                 os.environ["STREAMCHECK_DETECTOR"] = "python"
@@ -158,6 +168,10 @@ class Phase:
                 options["backend"] = "mode"
             self.watch = streamcheck.watch(f"/tmp/native-profile-{name}", **options)
             self.watch.start()
+            for switch, on in TUNED.get(name, {}).items():
+                if switch in AFTER_START:  # undone before the watch stops (stop() runs the undo list first)
+                    module.set_tuning(switch, on)
+                    self.undo.append(lambda switch=switch: module.set_tuning(switch, True))
             if name == "watch_null_sink":
                 self.watch.recorder.sink = NullSink()
                 self.watch.recorder.free_can_race = None

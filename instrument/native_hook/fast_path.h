@@ -110,6 +110,7 @@ inline bool decide_in_cpp(const Plan& plan, const OpAccesses& acc, int64_t strea
   FastPath& f = fast_path();
   Detector* d = f.detector;
   if (d == nullptr || capturing_graph || site == -2) return false;
+  if (!tuning().detector) return true;  // measurement switch (state.h: Tuning)
   // Python calls below may let another thread run and stop the watch (attach_fast_path(None)): hold the detector
   Hold keep(f.owner);
   int thread = current_thread_actor(f, d);

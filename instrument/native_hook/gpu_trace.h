@@ -87,6 +87,7 @@ inline void on_free(uint64_t ptr) {
   STAGE_SCOPE(kFree);
   fresh_blocks().take(ptr);
   if (!state().active.load(std::memory_order_relaxed)) return;
+  if (!tuning().gil || !tuning().detector) return;  // measurement switches (state.h: Tuning)
   // No GIL: the hook takes the free after the op (resolve_frees_in_op), where the frames are the same; a free under
   // Python code the op ran (a Python kernel) is blamed on that code, now, as below.
   if (kLazyFrees && op_depth > 0 && tuning().lazy_frees && top_frame() == op_frame) {
@@ -235,11 +236,13 @@ struct TraceInterpreter final : c10::impl::PyInterpreterVTable {
   }
   void trace_gpu_memory_allocation(c10::DeviceType t, uintptr_t ptr) const override {
     if (!memory_here.load(std::memory_order_relaxed)) return own().trace_gpu_memory_allocation(t, ptr);
+    if (!tuning().memory_reports) return;  // measurement switch (state.h: Tuning)
     STAGE_SCOPE(kAlloc);
     if (state().active.load(std::memory_order_relaxed)) fresh_blocks().add(ptr);
   }
   void trace_gpu_memory_deallocation(c10::DeviceType t, uintptr_t ptr) const override {
     if (!memory_here.load(std::memory_order_relaxed)) return own().trace_gpu_memory_deallocation(t, ptr);
+    if (!tuning().memory_reports) return;  // measurement switch (state.h: Tuning)
     on_free(ptr);
   }
   void trace_gpu_stream_creation(c10::DeviceType t, uintptr_t s) const override {

@@ -221,6 +221,7 @@ void watched(const c10::OperatorHandle& op, const Plan& plan, ForArgs&& for_args
     }
     if (acc.reads.empty() && acc.writes.empty() && acc.fresh.empty() && !held) return;
     int64_t stream = acc.device >= 0 ? current_stream(acc.device) : 0;
+    if (!tuning().gil && !held) return;  // measurement switch (state.h: Tuning)
     STAGE_START(gil_since);
     py::gil_scoped_acquire gil;
     STAGE_ADD(kGil, gil_since);
@@ -446,7 +447,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     else if (name == "plan_cache") t.plan_cache = on;
     else if (name == "recycle_shadows") t.recycle_shadows = on;
     else if (name == "unboxed") t.unboxed = on;
-    else throw std::invalid_argument("set_tuning: unknown switch " + name);
+    else if (name == "memory_reports") t.memory_reports = on;
+    else if (name == "sites") t.sites = on;
+    else if (name == "detector") t.detector = on;
+    else if (name == "gil") t.gil = on;
+    else if (name == "gpu_trace") {  // measurement: torch's GPU trace stops reporting (on: reports again)
+      if (c10::impl::GPUTrace::gpuTraceState.load() != nullptr) c10::impl::GPUTrace::haveState = on;
+    } else throw std::invalid_argument("set_tuning: unknown switch " + name);
   }, "Measurements: switch one of the hook's cheaper ways off (False) or on (state.h: Tuning)");
   m.def("stage_times", []() -> py::object {
 #ifdef STREAMCHECK_STAGE_TIMES

@@ -150,6 +150,7 @@ inline int64_t capture_site() { return -2; }
 
 inline int64_t site_of_op() {  // -2: "capture it in Python" (no site table given, or Python < 3.11)
   if (!kSitesInCpp || state().intern_site == nullptr) return -2;
+  if (!tuning().sites) return -1;  // measurement switch (state.h: Tuning)
   return capture_site();
 }
 
