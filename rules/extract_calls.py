@@ -24,6 +24,7 @@ from .options import matches_name
 from .torch_api import INIT_FUNCTIONS, TENSOR_INPLACE_METHODS, TENSOR_METHODS
 
 PYTHON_BUILTINS = frozenset(name for name in dir(builtins) if not name.startswith("_"))
+SYNC_ARG_KEYWORDS = ("stream", "event")  # `Event.record(stream=)`, `Stream.wait_event(event=)`, `wait_stream(stream=)`
 HOST_CHECKS = ("log", "warn", "print", "assert")  # callee names (less leading `_`) that only look at their arguments
 
 
@@ -53,7 +54,9 @@ class CallsAndAccesses(ast.NodeVisitor):
         line, col = node.lineno, node.col_offset + 1
         sync_kind = self._sync_kind(node, callee, method, receiver)
         if sync_kind:
-            arg = dotted(node.args[0]) if node.args else ""
+            # `ev.record(stream=s)`, `s.wait_event(event=ev)`: the keyword spellings of the one argument
+            named = next((k.value for k in node.keywords if k.arg in SYNC_ARG_KEYWORDS), None)
+            arg = dotted(node.args[0]) if node.args else dotted(named) if named is not None else ""
             if method == "record_event" and not arg:
                 # `s.record_event()` records a new event on s: the event is the call's value (named by the
                 # assignment that takes it, bindings.py), the stream its argument

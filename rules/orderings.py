@@ -13,9 +13,11 @@
 (The collective followed its launching streams' earlier work; a handle whose launch the scan does not see waits
 for the communication stream, COMM, only.)
 
-A target the source does not pin down (an event recorded nowhere in the scan, a stream the engine cannot name)
-orders everything: the lint reports what nothing orders, so that what it reports is real. The waiter of a host
-wait is `HOST`: every launch the host makes afterwards, on any stream, follows the target's earlier work.
+An event is recorded where the scan sees `e.record(s)` / `s.record_event()`, also through a helper it is handed
+to (`launch(plan, stream, self.events[i])` recording its parameter: the caller's `self.events` on the caller's
+`stream`). A target the source does not pin down (an event recorded nowhere in the scan, a stream the engine
+cannot name) orders everything: the lint reports what nothing orders, so that what it reports is real. The waiter
+of a host wait is `HOST`: every launch the host makes afterwards, on any stream, follows the target's earlier work.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .extract import split_index
 from .facts import NO_REGION, Sync
 from .hooks import hook_run_functions
 from .streams import (CURRENT_STREAM, DEFAULT_STREAM, HOST, PARAM, UNKNOWN, handed_in, holds_captured_current,
@@ -37,6 +40,7 @@ ANY_STREAM = "*"
 COMM = "<comm>"  # the communication library's stream: what `work.wait()` waits for
 EVENT = "event:"  # prefix of an event's identity as an ordering's target
 WORK = "work:"  # prefix of an async collective handle's identity as an ordering's target
+RECORD_HANDOFF_LEVELS = 3  # how many calls up an event a helper records is followed to the caller's name for it
 
 
 @dataclass(frozen=True)
@@ -166,6 +170,7 @@ def named_stream(program: "Program", function: "Function", text: str, here: str)
 
 def _records(program: "Program") -> dict[str, frozenset[str]]:
     found: dict[str, set[str]] = {}
+    handed: list[tuple["Function", str, str]] = []  # (function, its parameter recorded, the stream in its frame)
     for function in program.functions.values():
         local: dict[str, set[str]] = {}
         for sync in function.facts.syncs:
@@ -173,10 +178,40 @@ def _records(program: "Program") -> dict[str, frozenset[str]]:
                 stream = recording_stream(program, function, sync)
                 local.setdefault(sync.receiver, set()).add(stream)
                 found.setdefault(event_id(program, function, sync.receiver), set()).add(stream)
+                if sync.receiver in function.facts.params and sync.receiver not in ("self", "cls"):
+                    handed.append((function, sync.receiver, stream))
         for sync in function.facts.syncs:
             if sync.kind == "store":  # `self.events.append(event)`: the container holds what `event` was
                 found.setdefault(event_id(program, function, sync.receiver), set()).update(local.get(sync.arg, ()))
+    for event, streams in _recorded_through_parameters(program, handed).items():
+        found.setdefault(event, set()).update(streams)
     return {k: frozenset(v) for k, v in found.items()}
+
+
+def _recorded_through_parameters(program: "Program", handed: list[tuple["Function", str, str]]
+                                 ) -> dict[str, set[str]]:
+    """An event handed to a helper that records it (Megatron's copy service calls `launch_pack(plan,
+    self.pack_stream, self.torch_pack_stream, self.pack_events[i % 2])`, which does
+    `pack_event.record(stream=torch_pack_stream)`): at each call the caller's argument is recorded on the stream
+    the helper records on, as the caller names it. Wrappers that pass the event on are followed a few levels up.
+    Without this the caller's event is recorded nowhere in the scan, and a wait for it orders everything."""
+    from .summaries import argument_for, translate  # summaries imports this module
+
+    found: dict[str, set[str]] = {}
+    for _ in range(RECORD_HANDOFF_LEVELS):
+        passed_on: list[tuple["Function", str, str]] = []
+        for function, param, stream in handed:
+            for caller, call in program.call_sites.get(function.id, ()):
+                arg = argument_for(function, call, param)
+                if not arg or "(" in arg:
+                    continue  # not given, or a value made at the call
+                name = split_index(arg)[0]
+                there = translate(program, caller, call, function, stream)
+                found.setdefault(event_id(program, caller, name), set()).add(there)
+                if name in caller.facts.params and name not in ("self", "cls"):
+                    passed_on.append((caller, name, there))
+        handed = passed_on
+    return found
 
 
 def launch_streams(program: "Program", handle: str) -> frozenset[str]:

@@ -431,9 +431,80 @@ class InputAwaitable:
         torch.cuda.current_stream().wait_event(self._done)
         return self._out.sum()
 """,
+        # ... and its fixed twin: the copy stream is synchronized before the moves are handed back.
+        """
+import torch
+
+
+class Launcher:
+    def launch(self, plan, torch_stream, done_event):
+        plan.run()
+        done_event.record(stream=torch_stream)
+
+
+class Executor:
+    def __init__(self, launcher: Launcher):
+        self.launcher = launcher
+        self.pack_stream = None
+        self.copy_stream = None
+        self.events = []
+
+    def set_streams(self, pack_stream, copy_stream, events):
+        self.pack_stream = pack_stream
+        self.copy_stream = copy_stream
+        self.events = events
+
+    def run(self, plans):
+        for i, plan in enumerate(plans):
+            self.launcher.launch(plan, self.pack_stream, self.events[i % 2])
+            self.events[i % 2].synchronize()
+
+    def self_moves(self, receives, sends):
+        self.copy_stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self.copy_stream):
+            for req in receives:
+                req.dest.copy_(sends[req.key], non_blocking=True)
+        self.copy_stream.synchronize()
+""",
     ]
 
     INVALID = [
+        # Events handed to a helper that records them on the pack stream (`done_event.record(stream=...)`): their
+        # synchronize is no wait for the copy stream, whose moves go back to the current stream unwaited
+        # (Megatron's NVSHMEM copy service without `self.torch_copy_stream.synchronize()`).
+        """
+import torch
+
+
+class Launcher:
+    def launch(self, plan, torch_stream, done_event):
+        plan.run()
+        done_event.record(stream=torch_stream)
+
+
+class Executor:
+    def __init__(self, launcher: Launcher):
+        self.launcher = launcher
+        self.pack_stream = None
+        self.copy_stream = None
+        self.events = []
+
+    def set_streams(self, pack_stream, copy_stream, events):
+        self.pack_stream = pack_stream
+        self.copy_stream = copy_stream
+        self.events = events
+
+    def run(self, plans):
+        for i, plan in enumerate(plans):
+            self.launcher.launch(plan, self.pack_stream, self.events[i % 2])
+            self.events[i % 2].synchronize()
+
+    def self_moves(self, receives, sends):
+        self.copy_stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self.copy_stream):
+            for req in receives:
+                req.dest.copy_(sends[req.key], non_blocking=True)  # expect: SC101
+""",
         # An event kept in a dict by the statement that records it is the recording stream's (d2h): its
         # synchronize elsewhere in the file is no wait for the h2d copies handed back to the current stream
         # (Megatron's hybrid CPU optimizer, with the copy-back's event wait missing).

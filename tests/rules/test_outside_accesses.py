@@ -191,3 +191,57 @@ def test_a_closure_reading_the_enclosing_functions_input_on_a_side_stream():
     assert [(rule, kind, line, path, producer) for rule, kind, line, path, producer, _ in _found(racy)] == [
         ("SC101", "RAW", line_of(racy, "host.copy_"), "tensor", "outside")]
     assert _found(STASH.replace("WAIT", "d2h_stream.wait_stream(torch.cuda.current_stream())")) == []
+
+
+RECORDING_HELPER = """
+    class Launcher:
+        def launch(self, plan, torch_stream, done_event):
+            plan.run()
+            done_event.record(stream=torch_stream)
+"""
+
+SELF_MOVES = """
+    import torch
+    from launcher import Launcher
+
+    class Executor:
+        def __init__(self, launcher: Launcher):
+            self.launcher = launcher
+            self.pack_stream = None
+            self.copy_stream = None
+            self.events = []
+
+        def set_streams(self, pack_stream, copy_stream, events):
+            self.pack_stream = pack_stream
+            self.copy_stream = copy_stream
+            self.events = events
+
+        def run(self, plans):
+            for i, plan in enumerate(plans):
+                self.launcher.launch(plan, self.pack_stream, self.events[i % 2])
+                self.events[i % 2].synchronize()
+
+        def self_moves(self, receives, sends):
+            self.copy_stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(self.copy_stream):
+                for req in receives:
+                    req.dest.copy_(sends[req.key], non_blocking=True)
+            AFTER
+"""
+
+
+def test_events_a_helper_records_on_another_stream_are_no_wait_for_the_copy_stream():
+    # Megatron's NVSHMEM copy service with `self.torch_copy_stream.synchronize()` deleted: `self.events` are
+    # recorded by the launcher on the pack stream (`record(stream=...)`, the event handed in as an argument), so
+    # their synchronize in `run` does not cover the copy stream; before, an event recorded nowhere in the scan
+    # ordered everything.
+    racy = SELF_MOVES.replace("AFTER", "pass")
+    found = [(f.rule, f.kind, f.primary.path, f.primary.line, f.extra["path"], f.extra["writer_stream"],
+              f.extra["consumer"]) for f in findings_of({"launcher.py": RECORDING_HELPER, "executor.py": racy})]
+    assert found == [("SC101", "RAW", "executor.py", line_of(racy, "req.dest.copy_"), "req.dest", "self.copy_stream",
+                      "outside")]
+
+
+def test_the_copy_streams_own_synchronize_orders_the_moves():
+    fixed = SELF_MOVES.replace("AFTER", "self.copy_stream.synchronize()")
+    assert findings_of({"launcher.py": RECORDING_HELPER, "executor.py": fixed}) == []
