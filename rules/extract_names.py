@@ -33,10 +33,13 @@ METADATA_ARG_FUNCTIONS = frozenset({"empty_like", "zeros_like", "ones_like", "fu
 # torch functions that build a tensor from Python data or host arrays: their arguments are no device tensors.
 HOST_DATA_FACTORIES = frozenset({"tensor", "as_tensor", "from_numpy", "frombuffer", "asarray", "Tensor"})
 
-# Tensor methods whose result is new memory written by a kernel on the current stream (a hidden producer).
+# Tensor methods whose result is new memory written by a kernel on the current stream (a hidden producer). Like
+# `float()` of a float tensor, `flatten()` and `contiguous()` return the tensor itself when there is nothing to do;
+# `x.permute(...).contiguous()` (DeepSpeed FPDT's q/k/v chunks) is a copy.
 PRODUCING_METHODS = frozenset({
     "to", "cuda", "cpu", "clone", "float", "half", "bfloat16", "double", "int", "long", "sum", "mean", "norm",
     "abs", "sqrt", "mul", "add", "sub", "div", "pow", "exp", "softmax", "matmul", "mm", "bmm", "neg", "flatten",
+    "contiguous",
 })
 COPYING_METHODS = frozenset({"to", "cuda", "cpu"})
 # torch functions whose result is no data written on a stream: uninitialized memory, metadata, handles.

@@ -126,3 +126,45 @@ def test_every_result_unpacked_from_a_registered_operator_is_its_output():
     assert [f.primary.note for f in found] == ["all_gather_copy_in in gather"] * 2
     waited = COPY_IN.replace("{wait}", "gather_stream.wait_stream(copy_in_stream)")
     assert findings_of({"m.py": waited}) == []
+
+
+CHUNK = """
+    import torch
+
+    class SequenceChunk:
+        def __init__(self, chunk):
+            cpu_chunk = torch.empty(chunk.shape, dtype=chunk.dtype, device="cpu", pin_memory=True)
+            cpu_chunk.copy_(chunk, non_blocking=True)
+            self.cpu_chunk = cpu_chunk
+"""
+
+OFFLOADING_FORWARD = """
+    import torch
+    from chunk import SequenceChunk
+
+    def forward(qkv, offload_stream):
+        compute_stream = torch.cuda.default_stream()
+        stashed = []
+        for part in qkv:
+            q = part.permute(1, 0, 2, 3).contiguous()
+            {wait}
+            with torch.cuda.stream(offload_stream):
+                stashed.append(SequenceChunk(q))
+        return stashed
+"""
+
+
+def test_a_contiguous_copy_offloaded_by_a_constructor_on_a_side_stream():
+    # DeepSpeed FPDT's forward without `compute_stream.synchronize()`: `.contiguous()` of a permuted view is a new
+    # tensor written on the current stream, and the chunk's constructor copies it to the host on the offload stream.
+    racy = OFFLOADING_FORWARD.replace("{wait}", "pass")
+    found = [(f.rule, f.kind, f.primary.path, f.primary.line, f.extra["path"], f.extra["writer_stream"],
+              f.extra["reader_stream"], [(r.role, r.path, r.line) for r in f.related][:1])
+             for f in findings_of({"chunk.py": CHUNK, "fpdt.py": racy})]
+    assert found == [("SC101", "RAW", "fpdt.py", line_of(racy, "contiguous()"), "q", "", "offload_stream",
+                      [("read", "fpdt.py", line_of(racy, "SequenceChunk(q)"))])]
+
+
+def test_the_host_waits_for_the_compute_stream_before_the_offload():
+    fixed = OFFLOADING_FORWARD.replace("{wait}", "compute_stream.synchronize()")
+    assert findings_of({"chunk.py": CHUNK, "fpdt.py": fixed}) == []
