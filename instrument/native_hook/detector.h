@@ -19,6 +19,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include <c10/util/flat_hash_map.h>
+
 namespace streamcheck_native {
 
 using Time = int64_t;
@@ -237,6 +239,15 @@ struct Allocation {
   std::vector<int> recorded;  // streams given to record_stream
 };
 
+// What the detector keeps per storage block: its accesses' history and its allocation, in one slot of one flat table
+// (an op's output block is allocated, written and freed: one probe each, no node allocated or freed; the detector's
+// hash lookups were most of its cost on a training step, where they miss the caches)
+struct Block {
+  StorageShadow shadow;
+  Allocation allocation;
+  bool has_shadow = false, has_allocation = false;
+};
+
 struct Race {
   char kind;  // 'R' RAW, 'A' WAR, 'W' WAW, 'F' FREE, 'H' HOST
   uint64_t storage;
@@ -384,8 +395,7 @@ class Detector {
     if (blocking) wait_work(thread, work);
   }
   void forget_accesses() {
-    shadows_.clear();
-    allocations_.clear();
+    blocks_.clear();
     pending_frees_.clear();
   }
   void forget_work(uint64_t work) {
@@ -398,22 +408,27 @@ class Detector {
   // ---- memory ------------------------------------------------------------------------------------------------
   void alloc(uint64_t storage, int64_t size, int stream, int64_t site) {
     ++seq;
-    auto old = shadows_.find(storage);
-    if (old != shadows_.end()) {
-      recycle(std::move(old->second));
-      shadows_.erase(old);
+    Block& b = blocks_[storage];
+    if (b.has_shadow) {
+      recycle(std::move(b.shadow));
+      b.shadow = StorageShadow();
+      b.has_shadow = false;
     }
     Allocation a;
     a.stream = stream;
     a.size = size;
     a.site = site;
-    allocations_[storage] = a;
+    b.allocation = std::move(a);
+    b.has_allocation = true;
   }
   void record_stream(uint64_t storage, int stream) {
     ++seq;
-    auto found = allocations_.find(storage);
-    if (found == allocations_.end()) found = allocations_.emplace(storage, Allocation()).first;
-    Allocation& a = found->second;
+    Block& b = blocks_[storage];
+    if (!b.has_allocation) {
+      b.allocation = Allocation();
+      b.has_allocation = true;
+    }
+    Allocation& a = b.allocation;
     a.has_recorded = true;
     for (int s : a.recorded)
       if (s == stream) return;
@@ -421,19 +436,14 @@ class Detector {
   }
   void free(int thread, uint64_t storage, int64_t site) {
     int64_t at = seq++;
-    auto a = allocations_.find(storage);
-    auto s = shadows_.find(storage);
-    bool have_allocation = a != allocations_.end(), have_shadow = s != shadows_.end();
+    auto found = blocks_.find(storage);
+    if (found == blocks_.end()) return;
+    bool have_allocation = found->second.has_allocation, have_shadow = found->second.has_shadow;
     Allocation allocation;
     StorageShadow shadow;
-    if (have_allocation) {
-      allocation = std::move(a->second);
-      allocations_.erase(a);
-    }
-    if (have_shadow) {
-      shadow = std::move(s->second);
-      shadows_.erase(s);
-    }
+    if (have_allocation) allocation = std::move(found->second.allocation);
+    if (have_shadow) shadow = std::move(found->second.shadow);
+    blocks_.erase(found);
     if (!have_allocation || allocation.stream < 0 || !have_shadow) return recycle(std::move(shadow));
     int stream = allocation.stream;
     // the allocation stream's own history: its next work is ordered after it
@@ -449,23 +459,24 @@ class Detector {
     if (frees.size() > kMaxPendingFrees) frees.erase(frees.begin());
   }
   bool free_can_race(uint64_t storage) const {
-    auto a = allocations_.find(storage);
-    if (a == allocations_.end() || a->second.stream < 0) return false;
-    auto s = shadows_.find(storage);
-    return s != shadows_.end() && s->second.actor != a->second.stream;
+    auto found = blocks_.find(storage);
+    if (found == blocks_.end()) return false;
+    const Block& b = found->second;
+    return b.has_allocation && b.allocation.stream >= 0 && b.has_shadow && b.shadow.actor != b.allocation.stream;
   }
   const StorageShadow* shadow(uint64_t storage) const {
-    auto s = shadows_.find(storage);
-    return s == shadows_.end() ? nullptr : &s->second;
+    auto found = blocks_.find(storage);
+    return found == blocks_.end() || !found->second.has_shadow ? nullptr : &found->second.shadow;
   }
   std::vector<uint64_t> storages() const {
     std::vector<uint64_t> out;
-    for (const auto& entry : shadows_) out.push_back(entry.first);
+    for (const auto& entry : blocks_)
+      if (entry.second.has_shadow) out.push_back(entry.first);
     return out;
   }
   const Allocation* allocation(uint64_t storage) const {
-    auto a = allocations_.find(storage);
-    return a == allocations_.end() ? nullptr : &a->second;
+    auto found = blocks_.find(storage);
+    return found == blocks_.end() || !found->second.has_allocation ? nullptr : &found->second.allocation;
   }
 
   // ---- sizes (memory.py's shadow_state_size) --------------------------------------------------------------------
@@ -480,12 +491,15 @@ class Detector {
       if (c.has_write) distinct.emplace(c.write.seq, true, c.write.actor);
       for (const auto& r : c.reads) distinct.emplace(r.seq, false, r.actor);
     };
-    z.storages = shadows_.size();
     z.bytes = sizeof(*this);
-    for (const auto& entry : shadows_) {
-      z.segments += entry.second.cells.size();
-      for (const auto& c : entry.second.cells) count(c);
-      z.bytes += entry.second.bytes() + 32;
+    for (const auto& entry : blocks_) {
+      if (entry.second.has_allocation) ++z.allocations;
+      if (!entry.second.has_shadow) continue;
+      const StorageShadow& shadow = entry.second.shadow;
+      ++z.storages;
+      z.segments += shadow.cells.size();
+      for (const auto& c : shadow.cells) count(c);
+      z.bytes += shadow.bytes() + 32;
     }
     for (const auto& entry : pending_frees_)
       for (const auto& p : entry.second) {  // a freed block keeps its history until its pool stream works again
@@ -503,8 +517,7 @@ class Detector {
     for (const auto& e : events_) z.bytes += e.second.t.capacity() * sizeof(Time) + 32;
     z.works = works_.size();
     for (const auto& w : works_) z.bytes += w.second.first.t.capacity() * sizeof(Time) + 48;
-    z.allocations = allocations_.size();
-    z.bytes += allocations_.size() * (sizeof(Allocation) + 32);
+    z.bytes += z.allocations * (sizeof(Allocation) + 32);
     z.bytes += races.capacity() * sizeof(Race);
     return z;
   }
@@ -519,8 +532,7 @@ class Detector {
   std::unordered_map<uint64_t, Clock> events_;
   std::unordered_map<uint64_t, std::pair<Clock, std::list<uint64_t>::iterator>> works_;
   std::list<uint64_t> work_order_;  // works by first finish (a re-finish keeps its place, as a dict's key does)
-  std::unordered_map<uint64_t, StorageShadow> shadows_;
-  std::unordered_map<uint64_t, Allocation> allocations_;
+  ska::flat_hash_map<uint64_t, Block> blocks_;  // a block with neither history nor allocation has no entry
   std::unordered_map<int, std::vector<PendingFree>> pending_frees_;
   // Shadows of freed blocks, emptied with their vectors' capacity kept: most ops write a block the allocator just
   // handed out again, whose first history then costs no allocation (a step's blocks come and go by the thousand)
@@ -627,14 +639,16 @@ class Detector {
     std::vector<Found> found;
     for (const auto& r : ranges) {
       if (r.start >= r.end) continue;
-      auto s = shadows_.find(r.storage);
-      if (s == shadows_.end()) {
-        shadows_.emplace(r.storage, first_access(a, r.start, r.end));
+      Block& b = blocks_[r.storage];  // a reference into the table: no insertion below until the next range
+      if (!b.has_shadow) {
+        b.shadow = first_access(a, r.start, r.end);
+        b.has_shadow = true;
         continue;
       }
-      if (s->second.actor != a.actor) s->second.actor = kMixed;
+      StorageShadow& shadow = b.shadow;
+      if (shadow.actor != a.actor) shadow.actor = kMixed;
       found.clear();
-      s->second.access(a, clock, r.start, r.end, found);
+      shadow.access(a, clock, r.start, r.end, found);
       if (found.empty()) continue;
       bool merged = false;
       for (auto& entry : by_storage)

@@ -15,8 +15,9 @@
 #include <atomic>
 #include <map>
 #include <mutex>
-#include <unordered_set>
 #include <utility>
+
+#include <c10/util/flat_hash_map.h>
 
 #include "detector.h"
 #include "memory.h"
@@ -49,10 +50,11 @@ inline FastPath& fast_path() {
 }
 
 // Blocks the allocator handed out that no op wrote yet: the next op output there is that block's allocation.
-// Filled by gpu_trace.h; the allocator reports from any thread, GIL or not: a mutex of its own.
+// Filled by gpu_trace.h; the allocator reports from any thread, GIL or not: a mutex of its own. A flat set: every
+// allocation and free reports here, and a node allocated and freed per block was most of what a report cost.
 struct FreshBlocks {
   std::mutex mutex;
-  std::unordered_set<uint64_t> blocks;
+  ska::flat_hash_set<uint64_t> blocks;
   void add(uint64_t ptr) {
     std::lock_guard<std::mutex> lock(mutex);
     if (blocks.size() > (1u << 20)) blocks.clear();  // a bound: blocks freed before any op wrote them pile up

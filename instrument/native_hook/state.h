@@ -4,11 +4,14 @@
 #include <torch/extension.h>
 
 #include <atomic>
+#include <cstring>
 #include <mutex>
 #include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
+
+#include <c10/util/flat_hash_map.h>
 
 #include "stage_times.h"
 
@@ -40,6 +43,21 @@ struct Range {
   int device;  // >= 0: a device tensor; -1: pinned host memory
 };
 
+// A site's key is (code object, bytecode offset) pairs as bytes (sites.h): hashed a word at a time, not byte by byte
+struct SiteKeyHash {
+  size_t operator()(const std::string& key) const {
+    uint64_t h = 0x9e3779b97f4a7c15ULL ^ key.size();
+    size_t words = key.size() / sizeof(uint64_t);
+    for (size_t i = 0; i < words; ++i) {
+      uint64_t w;
+      std::memcpy(&w, key.data() + i * sizeof(uint64_t), sizeof(w));
+      h = (h ^ w) * 0xff51afd7ed558ccdULL;
+      h ^= h >> 32;
+    }
+    return static_cast<size_t>(h);
+  }
+};
+
 struct State {
   std::mutex mutex;  // plans, names, pinned
   std::unordered_map<const c10::FunctionSchema*, Plan> plans;
@@ -56,8 +74,9 @@ struct State {
   PyObject* classify_code = nullptr;  // (code) -> bool: lies in torch or streamcheck (sites.SiteTable._classify)
   PyObject* intern_site = nullptr;    // ([(code, lasti), ...]) -> site id (sites.SiteTable.intern_chain)
   int site_depth = 8;
-  std::unordered_map<PyCodeObject*, bool> internal_code;  // each code object held by a reference
-  std::unordered_map<std::string, int64_t> site_ids;
+  // Flat tables (no node per entry; one probe): every op with an access asks them once per frame it walks
+  ska::flat_hash_map<PyCodeObject*, bool> internal_code;  // each code object held by a reference
+  ska::flat_hash_map<std::string, int64_t, SiteKeyHash> site_ids;
   c10::DeleterFnPtr cpu_deleter = nullptr;
   c10::DeleterFnPtr pinned_deleter = nullptr;
   std::atomic<bool> active{false};
