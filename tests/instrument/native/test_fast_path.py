@@ -15,8 +15,6 @@ import pytest
 import torch
 
 from streamcheck.instrument import native
-from streamcheck.instrument.native_detector import NativeDetector
-from streamcheck.instrument.watch import Watch
 
 
 @pytest.fixture(scope="module")
@@ -34,17 +32,8 @@ def program(rng: random.Random, length: int) -> list:
     return ops
 
 
-def run(module, tmp_path, ops: list, python_detector: bool, monkeypatch) -> tuple[list, int]:
-    if python_detector:
-        monkeypatch.setenv("STREAMCHECK_DETECTOR", "python")
-    else:
-        monkeypatch.delenv("STREAMCHECK_DETECTOR", raising=False)
-    module.set_cpu_as_device(True)
-    module.set_test_stream(0)
-    watch = Watch(tmp_path, rank=0, world_size=1, echo=False, backend="native")
-    watch.start()
-    try:
-        assert isinstance(watch.detector, NativeDetector) != python_detector
+def run(module, cpu_watch, out, ops: list, python_detector: bool) -> tuple[list, int]:
+    with cpu_watch(module, out, python_detector) as watch:
         tensors = [torch.zeros(64) for _ in range(3)]
         # Every result is kept: on CPU no free reaches the detector, and an address the allocator hands out again
         # would carry its old history into one run and not the other.
@@ -67,26 +56,16 @@ def run(module, tmp_path, ops: list, python_detector: bool, monkeypatch) -> tupl
                 x[start:end].fill_(1.0)
             else:
                 kept.append(torch.cat([x[:start + 1], y[start:end]]))
-        module.set_test_stream(0)
-    finally:
-        module.set_test_stream(0)
-        module.set_cpu_as_device(False)
-        watch.stop()
-
-    def access(a):
-        return None if a is None else (a.actor, a.thread, a.is_write, a.site, a.op, a.seq, a.clock, a.stream)
-
-    races = [(r.kind, r.start, r.end, access(r.earlier), access(r.later)) for r in watch.detector.races]
-    return races, watch.detector.seq
+    return cpu_watch.races(watch), watch.detector.seq
 
 
-def test_the_fast_path_finds_what_the_python_path_finds_on_random_programs(module, tmp_path, monkeypatch):
+def test_the_fast_path_finds_what_the_python_path_finds_on_random_programs(module, tmp_path, cpu_watch):
     rng = random.Random(2026)
     racy = 0
     for index in range(12):
         ops = program(rng, 60)
-        fast, fast_events = run(module, tmp_path / f"fast{index}", ops, False, monkeypatch)
-        slow, slow_events = run(module, tmp_path / f"slow{index}", ops, True, monkeypatch)
+        fast, fast_events = run(module, cpu_watch, tmp_path / f"fast{index}", ops, False)
+        slow, slow_events = run(module, cpu_watch, tmp_path / f"slow{index}", ops, True)
         assert fast == slow, f"program {index}: {ops}"
         assert fast_events == slow_events
         racy += bool(fast)

@@ -17,8 +17,6 @@ import pytest
 import torch
 
 from streamcheck.instrument import native
-from streamcheck.instrument.native_detector import NativeDetector
-from streamcheck.instrument.watch import Watch
 
 KINDS = 17
 
@@ -84,34 +82,18 @@ def apply(kind: int, tensors: list, a: int, b: int, start: int, end: int, kept: 
         x.index_put_((index,), values, accumulate=True)
 
 
-def run(module, tmp_path, ops: list, unboxed: bool, python_detector: bool, monkeypatch) -> tuple[list, int]:
-    if python_detector:
-        monkeypatch.setenv("STREAMCHECK_DETECTOR", "python")
-    else:
-        monkeypatch.delenv("STREAMCHECK_DETECTOR", raising=False)
+def run(module, cpu_watch, out, ops: list, unboxed: bool, python_detector: bool) -> tuple[list, int]:
     module.set_tuning("unboxed", unboxed)
-    module.set_cpu_as_device(True)
-    module.set_test_stream(0)
-    watch = Watch(tmp_path, rank=0, world_size=1, echo=False, backend="native")
-    watch.start()
     try:
-        assert isinstance(watch.detector, NativeDetector) != python_detector
-        tensors = [torch.zeros(32) for _ in range(3)]
-        kept = list(tensors)  # every result kept: no address comes back with another run's history
-        for stream, kind, a, b, start, end in ops:
-            module.set_test_stream(stream)
-            apply(kind, tensors, a, b, start, end, kept)
+        with cpu_watch(module, out, python_detector) as watch:
+            tensors = [torch.zeros(32) for _ in range(3)]
+            kept = list(tensors)  # every result kept: no address comes back with another run's history
+            for stream, kind, a, b, start, end in ops:
+                module.set_test_stream(stream)
+                apply(kind, tensors, a, b, start, end, kept)
     finally:
-        module.set_test_stream(0)
-        module.set_cpu_as_device(False)
         module.set_tuning("unboxed", True)
-        watch.stop()
-
-    def access(a):
-        return None if a is None else (a.actor, a.thread, a.is_write, a.site, a.op, a.seq, a.clock, a.stream)
-
-    races = [(r.kind, r.start, r.end, access(r.earlier), access(r.later)) for r in watch.detector.races]
-    return races, watch.detector.seq
+    return cpu_watch.races(watch), watch.detector.seq
 
 
 def test_listed_ops_have_a_kernel_on_the_hooks_key_and_others_do_not(module):
@@ -126,12 +108,12 @@ def test_listed_ops_have_a_kernel_on_the_hooks_key_and_others_do_not(module):
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_unboxed_kernels_find_what_the_boxed_fallback_finds(module, tmp_path, monkeypatch, seed):
+def test_unboxed_kernels_find_what_the_boxed_fallback_finds(module, tmp_path, cpu_watch, seed):
     ops = program(random.Random(seed), 60)
     found = {}
     for unboxed, python_detector in ((True, False), (False, False), (True, True)):
-        found[unboxed, python_detector] = run(module, tmp_path / f"{unboxed}-{python_detector}", ops, unboxed,
-                                              python_detector, monkeypatch)
+        found[unboxed, python_detector] = run(module, cpu_watch, tmp_path / f"{unboxed}-{python_detector}", ops,
+                                              unboxed, python_detector)
     races, events = found[True, False]
     assert races, "the program must race, or the comparison shows nothing"
     assert found[False, False] == (races, events)
