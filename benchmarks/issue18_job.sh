@@ -9,6 +9,8 @@
 #   PART=stages bash benchmarks/issue18_job.sh   # the ZeRO-2 ratio, then the hook's stages on a stage-times build
 #   PART=sources bash benchmarks/issue18_job.sh  # per-op cost of each source (watch_no_* phases) on op-loop and
 #                                                # ZeRO-2 in rotated rounds, then both on a stage-times build
+#   PART=compare bash benchmarks/issue18_job.sh  # before (.before) and after in turn, plain/watch rounds each, on
+#                                                # COMPARE_SETUPS; then the stage times; TESTS=1: GPU tests too
 #   PART=paired bash benchmarks/issue18_job.sh   # the CPU tests of the hook on this Python (GPU hidden), then the
 #                                                # ZeRO-2 phases with the hook's switches (TUNED in native_profile.py)
 #                                                # in ROUNDS rotated rounds, then the same on a stage-times build
@@ -23,12 +25,23 @@ DEADLINE=${DEADLINE:-$(( $(date +%s) + 560 ))}
 left() { echo $(( DEADLINE - $(date +%s) - ${1:-15} )); }
 log() { echo "=== $(date +%H:%M:%S) $*"; }
 export TORCH_EXTENSIONS_DIR=/tmp/ext-after
-if [ "${PART:-timing}" = timing ] && [ -d .before ]; then  # the before tree, built while the after one builds
+if { [ "${PART:-timing}" = timing ] || [ "${PART:-timing}" = compare ]; } && [ -d .before ]; then
+  # the before tree, built while the after one builds
   rm -rf .bpkg && mkdir -p .bpkg && cp -r .before/streamcheck .bpkg/ && cp -r .before/instrument \
     .bpkg/streamcheck/instrument && cp -r .before/rules .bpkg/streamcheck/rules
+  [ -d .before/scanner ] && cp -r .before/scanner .bpkg/streamcheck/scanner
   (cd /tmp && TORCH_EXTENSIONS_DIR=/tmp/ext-before PYTHONPATH=$ROOT/.bpkg python3 -P -c 'import time; t=time.time()
 from streamcheck.instrument import native; native.load(); print(f"before: native hook built in {time.time()-t:.1f} s")') \
     > "$OUT/setup-before.log" 2>&1 &
+fi
+if [ "${PART:-timing}" = compare ]; then  # stage-times builds of both trees, beside the normal builds
+  (TORCH_EXTENSIONS_DIR=/tmp/ext-stages-before STREAMCHECK_NATIVE_CFLAGS=-DSTREAMCHECK_STAGE_TIMES \
+    PYTHONPATH=$ROOT/.bpkg python3 -P -c 'from streamcheck.instrument import native; native.load()
+print("before: stage-times build ready")' > /tmp/stage-build-before.log 2>&1 &
+   until [ -f .scpkg/streamcheck/scanner/__init__.py ]; do sleep 1; done; sleep 2
+   TORCH_EXTENSIONS_DIR=/tmp/ext-stages-after STREAMCHECK_NATIVE_CFLAGS=-DSTREAMCHECK_STAGE_TIMES \
+    PYTHONPATH=$ROOT/.scpkg python3 -P -c 'from streamcheck.instrument import native; native.load()
+print("after: stage-times build ready")' > /tmp/stage-build-after.log 2>&1; wait) &
 fi
 DS="0.19.8 0.13.4" . benchmarks/device_setup.sh > "$OUT/setup.log" 2>&1
 python3 -P -c 'from streamcheck.instrument import native; m = native.load(); print("memory reports in C++:", native.memory_reports_in_cpp, "unboxed kernels:", m.unboxed_built(), "TLS descriptors:", native.tls_descriptors, "TLS offset:", m.tls_offset())' >> "$OUT/setup.log" 2>&1
@@ -129,6 +142,34 @@ if [ "${PART:-timing}" = sources ]; then
     echo "stages rc=$?"; grep -v "^\[plain\]\|^\[passthrough\] median" "$OUT/stages-$setup.log" | grep -v "Warning\|warn"
   done
 fi
+if [ "${PART:-timing}" = compare ]; then
+  # before (.before: the package at an earlier commit) and after, each a process of plain/watch rounds, in turn;
+  # then both trees' stage times (stage-times builds made during the setup); TESTS=1: then the GPU tests
+  wait; cat /tmp/stage-build-*.log
+  for setup in ${COMPARE_SETUPS:-op-loop deepspeed-zero2-overlap}; do
+    for turn in ${COMPARE_TURNS:-before after before after}; do
+      [ "$(left ${COMPARE_RESERVE:-200})" -gt 0 ] || { log "compare $setup $turn skipped (deadline)"; continue; }
+      if [ $turn = before ]; then pkg=$ROOT/.bpkg; ext=/tmp/ext-before; else pkg=$ROOT/.scpkg; ext=/tmp/ext-after; fi
+      log "compare: $setup, $turn, plain,watch x ${COMPARE_ROUNDS:-8} rounds of ${PAIRED_STEPS:-4} steps"
+      TORCH_EXTENSIONS_DIR=$ext PYTHONPATH=$pkg:$ROOT/.site-0.19.8 timeout 150 python3 -P benchmarks/native_profile.py \
+        --setup "$setup" --steps "${PAIRED_STEPS:-4}" --rounds "${COMPARE_ROUNDS:-8}" --phases plain,watch \
+        > /tmp/compare.log 2>&1
+      echo "rc=$?"; sed -n '/^setup/,$p' /tmp/compare.log | grep -v "^setup\|^phase"
+    done
+  done 2>&1 | tee "$OUT/compare.log"
+  for setup in deepspeed-zero2-overlap op-loop; do
+    for turn in before after; do
+      [ "$(left ${STAGES_RESERVE:-60})" -gt 0 ] || continue
+      if [ $turn = before ]; then pkg=$ROOT/.bpkg; else pkg=$ROOT/.scpkg; fi
+      log "stage-times build ($turn): plain,passthrough,watch on $setup"
+      STREAMCHECK_NATIVE_CFLAGS=-DSTREAMCHECK_STAGE_TIMES TORCH_EXTENSIONS_DIR=/tmp/ext-stages-$turn \
+        PYTHONPATH=$pkg:$ROOT/.site-0.19.8 timeout 100 python3 -P benchmarks/native_profile.py --setup $setup \
+        --steps "${STEPS:-8}" --phases plain,passthrough,watch > "$OUT/stages-$setup-$turn.log" 2>&1
+      echo "stages rc=$?"; grep -v "^\[plain\]\|^\[passthrough\] median\|^setup\|^phase\|^plain" \
+        "$OUT/stages-$setup-$turn.log" | grep -v "Warning\|warn"
+    done
+  done
+fi
 if [ "${PAIRED_ROUNDS:-0}" -gt 0 ] && { [ "${PART:-timing}" = final ] || [ "${PART:-timing}" = tests ]; }; then
   # the per-op figure first, on a quiet machine: many short rotated rounds (PAIRED_PHASES)
   phases=${PAIRED_PHASES:-plain,passthrough,watch,watch_before}
@@ -157,7 +198,8 @@ fi
 # tests/gpu (PART=tests: both backends in full; PART=final: MODE_FILTER's tests on the mode, default the two newest
 # examples) beside the loss check and the soak, which need no quiet machine
 [ "${PART:-timing}" = final ] && : "${MODE_FILTER=handle_travels or handoff_without_record_stream}"
-if [ "${PART:-timing}" = tests ] || { [ "${PART:-timing}" = final ] && [ "${TESTS:-1}" = 1 ]; }; then
+if [ "${PART:-timing}" = tests ] || { [ "${PART:-timing}" = final ] && [ "${TESTS:-1}" = 1 ]; } || \
+   { [ "${PART:-timing}" = compare ] && [ "${TESTS:-0}" = 1 ]; }; then
   limit=$(left 20)
   log "GPU tests on both backends side by side (limit ${limit}s each); beside them: same losses, the soak"
   # SPLIT=1: each backend's tests in two processes side by side (the racy examples, the rest): half the wall time

@@ -19,6 +19,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include <c10/util/SmallVector.h>
 #include <c10/util/flat_hash_map.h>
 
 namespace streamcheck_native {
@@ -60,7 +61,8 @@ struct Found {
 struct Cell {
   bool has_write = false;
   Access write;
-  std::vector<Access> reads;  // the latest read of each actor since the write, in the order actors first read
+  // the latest read of each actor since the write, in the order actors first read; mostly one: kept inline
+  c10::SmallVector<Access, 1> reads;
   void add_read(const Access& a) {
     for (auto& r : reads)
       if (r.actor == a.actor) {
@@ -81,24 +83,29 @@ inline void check_cell(const Cell& cell, const Access& access, const Clock& cloc
       if (read.actor != actor && clock.get(read.actor) < read.clock) found.push_back({read, start, end});
 }
 
-struct StorageShadow {  // shadow.py's StorageShadow: sorted disjoint segments [starts[i], ends[i]) with cells
-  std::vector<int64_t> starts, ends;
-  std::vector<Cell> cells;
+struct Segment {  // bytes [start, end) of a storage and their history
+  int64_t start, end;
+  Cell cell;
+};
+
+// shadow.py's StorageShadow: sorted disjoint segments, each with its cell, in one array (a storage touched as one
+// tensor, the usual case, is one segment: one cache line or two to read, where separate arrays of starts, ends and
+// cells, and a heap block per cell's reads, were four)
+struct StorageShadow {
+  std::vector<Segment> segs;
   int actor = kMixed;
 
   static StorageShadow first_access(const Access& a, int64_t start, int64_t end) {
     StorageShadow s;
     s.actor = a.actor;
-    s.starts.push_back(start);
-    s.ends.push_back(end);
-    Cell c;
+    Segment g{start, end, Cell()};
     if (a.is_write) {
-      c.has_write = true;
-      c.write = a;
+      g.cell.has_write = true;
+      g.cell.write = a;
     } else {
-      c.reads.push_back(a);
+      g.cell.reads.push_back(a);
     }
-    s.cells.push_back(std::move(c));
+    s.segs.push_back(std::move(g));
     return s;
   }
 
@@ -112,123 +119,106 @@ struct StorageShadow {  // shadow.py's StorageShadow: sorted disjoint segments [
     }
   }
 
+  size_t first_ending_after(int64_t offset) const {  // the first segment whose end is past offset
+    return std::upper_bound(segs.begin(), segs.end(), offset,
+                            [](int64_t v, const Segment& g) { return v < g.end; }) - segs.begin();
+  }
+  size_t first_starting_at(int64_t offset) const {  // the first segment that starts at offset or later
+    return std::lower_bound(segs.begin(), segs.end(), offset,
+                            [](const Segment& g, int64_t v) { return g.start < v; }) - segs.begin();
+  }
+
   void split_at(int64_t offset) {
-    size_t k = std::upper_bound(ends.begin(), ends.end(), offset) - ends.begin();
-    if (k < starts.size() && starts[k] < offset) {
-      int64_t end = ends[k];
-      ends[k] = offset;
-      starts.insert(starts.begin() + k + 1, offset);
-      ends.insert(ends.begin() + k + 1, end);
-      cells.insert(cells.begin() + k + 1, cells[k]);
+    size_t k = first_ending_after(offset);
+    if (k < segs.size() && segs[k].start < offset) {
+      Segment right = segs[k];
+      right.start = offset;
+      segs[k].end = offset;
+      segs.insert(segs.begin() + k + 1, std::move(right));
     }
   }
 
   void access(const Access& a, const Clock& clock, int64_t start, int64_t end, std::vector<Found>& found) {
-    size_t i = std::upper_bound(ends.begin(), ends.end(), start) - ends.begin();
-    size_t n = starts.size();
-    if (i < n && starts[i] == start && ends[i] == end) {  // the same tensor (or view) as last time
-      if (actor != a.actor) check_cell(cells[i], a, clock, start, end, found);
-      record(cells[i], a);
+    size_t i = first_ending_after(start);
+    size_t n = segs.size();
+    if (i < n && segs[i].start == start && segs[i].end == end) {  // the same tensor (or view) as last time
+      if (actor != a.actor) check_cell(segs[i].cell, a, clock, start, end, found);
+      record(segs[i].cell, a);
       return;
     }
-    if (i < n && starts[i] <= start && end <= ends[i]) {  // inside one segment: one check, at most three pieces
-      check_cell(cells[i], a, clock, start, end, found);
+    if (i < n && segs[i].start <= start && end <= segs[i].end) {  // inside one segment: one check, at most three pieces
+      check_cell(segs[i].cell, a, clock, start, end, found);
       // in place: the segment keeps its left piece (if any); the middle and the right piece are inserted after it
-      bool left = starts[i] < start, right = end < ends[i];
-      int64_t old_end = ends[i];
+      bool left = segs[i].start < start, right = end < segs[i].end;
+      int64_t old_end = segs[i].end;
       Cell middle;
       if (a.is_write) {
         middle.has_write = true;
         middle.write = a;
       } else {
-        middle = cells[i];
+        middle = segs[i].cell;
         middle.add_read(a);
       }
       if (right) {
-        starts.insert(starts.begin() + i + 1, end);
-        ends.insert(ends.begin() + i + 1, old_end);
-        cells.insert(cells.begin() + i + 1, cells[i]);
+        Segment piece{end, old_end, segs[i].cell};
+        segs.insert(segs.begin() + i + 1, std::move(piece));
       }
       if (left) {
-        ends[i] = start;
-        starts.insert(starts.begin() + i + 1, start);
-        ends.insert(ends.begin() + i + 1, end);
-        cells.insert(cells.begin() + i + 1, std::move(middle));
+        segs[i].end = start;
+        Segment piece{start, end, std::move(middle)};
+        segs.insert(segs.begin() + i + 1, std::move(piece));
       } else {
-        ends[i] = end;
-        cells[i] = std::move(middle);
+        segs[i].end = end;
+        segs[i].cell = std::move(middle);
       }
       return;
     }
     split_at(start);
     split_at(end);
-    size_t first = std::lower_bound(starts.begin(), starts.end(), start) - starts.begin();
-    size_t last = std::lower_bound(starts.begin(), starts.end(), end) - starts.begin();
+    size_t first = first_starting_at(start);
+    size_t last = first_starting_at(end);
     if (a.is_write) {
-      for (size_t k = first; k < last; ++k) check_cell(cells[k], a, clock, starts[k], ends[k], found);
+      for (size_t k = first; k < last; ++k) check_cell(segs[k].cell, a, clock, segs[k].start, segs[k].end, found);
       Cell c;
       c.has_write = true;
       c.write = a;
       if (first < last) {  // in place: the first covered segment becomes [start, end), the others go
-        starts[first] = start;
-        ends[first] = end;
-        cells[first] = std::move(c);
-        starts.erase(starts.begin() + first + 1, starts.begin() + last);
-        ends.erase(ends.begin() + first + 1, ends.begin() + last);
-        cells.erase(cells.begin() + first + 1, cells.begin() + last);
+        segs[first].start = start;
+        segs[first].end = end;
+        segs[first].cell = std::move(c);
+        segs.erase(segs.begin() + first + 1, segs.begin() + last);
       } else {
-        starts.insert(starts.begin() + first, start);
-        ends.insert(ends.begin() + first, end);
-        cells.insert(cells.begin() + first, std::move(c));
+        Segment piece{start, end, std::move(c)};
+        segs.insert(segs.begin() + first, std::move(piece));
       }
       return;
     }
-    std::vector<int64_t> ns, ne;
-    std::vector<Cell> nc;
+    std::vector<Segment> pieces;
     int64_t pos = start;
     Cell fresh;
     fresh.reads.push_back(a);
     for (size_t k = first; k < last; ++k) {
-      if (pos < starts[k]) {  // untouched bytes between segments get their first history
-        ns.push_back(pos);
-        ne.push_back(starts[k]);
-        nc.push_back(fresh);
-      }
-      check_cell(cells[k], a, clock, starts[k], ends[k], found);
-      Cell c = cells[k];
+      if (pos < segs[k].start) pieces.push_back({pos, segs[k].start, fresh});  // untouched bytes: a first history
+      check_cell(segs[k].cell, a, clock, segs[k].start, segs[k].end, found);
+      Cell c = segs[k].cell;
       c.add_read(a);
-      ns.push_back(starts[k]);
-      ne.push_back(ends[k]);
-      nc.push_back(std::move(c));
-      pos = ends[k];
+      pieces.push_back({segs[k].start, segs[k].end, std::move(c)});
+      pos = segs[k].end;
     }
-    if (pos < end) {
-      ns.push_back(pos);
-      ne.push_back(end);
-      nc.push_back(fresh);
-    }
-    replace(first, last, ns, ne, nc);
+    if (pos < end) pieces.push_back({pos, end, fresh});
+    segs.erase(segs.begin() + first, segs.begin() + last);
+    segs.insert(segs.begin() + first, std::make_move_iterator(pieces.begin()), std::make_move_iterator(pieces.end()));
   }
 
   void check_all(const Access& a, const Clock& clock, std::vector<Found>& found) const {
-    for (size_t k = 0; k < cells.size(); ++k) check_cell(cells[k], a, clock, starts[k], ends[k], found);
+    for (const auto& g : segs) check_cell(g.cell, a, clock, g.start, g.end, found);
   }
 
   size_t bytes() const {
-    size_t total = sizeof(*this) + (starts.capacity() + ends.capacity()) * sizeof(int64_t);
-    for (const auto& c : cells) total += sizeof(Cell) + c.reads.capacity() * sizeof(Access);
+    size_t total = sizeof(*this) + segs.capacity() * sizeof(Segment);
+    for (const auto& g : segs)
+      if (g.cell.reads.capacity() > 1) total += g.cell.reads.capacity() * sizeof(Access);  // off the inline slot
     return total;
-  }
-
- private:
-  void replace(size_t from, size_t to, const std::vector<int64_t>& ns, const std::vector<int64_t>& ne,
-               const std::vector<Cell>& nc) {
-    starts.erase(starts.begin() + from, starts.begin() + to);
-    ends.erase(ends.begin() + from, ends.begin() + to);
-    cells.erase(cells.begin() + from, cells.begin() + to);
-    starts.insert(starts.begin() + from, ns.begin(), ns.end());
-    ends.insert(ends.begin() + from, ne.begin(), ne.end());
-    cells.insert(cells.begin() + from, nc.begin(), nc.end());
   }
 };
 
@@ -497,15 +487,15 @@ class Detector {
       if (!entry.second.has_shadow) continue;
       const StorageShadow& shadow = entry.second.shadow;
       ++z.storages;
-      z.segments += shadow.cells.size();
-      for (const auto& c : shadow.cells) count(c);
+      z.segments += shadow.segs.size();
+      for (const auto& g : shadow.segs) count(g.cell);
       z.bytes += shadow.bytes() + 32;
     }
     for (const auto& entry : pending_frees_)
       for (const auto& p : entry.second) {  // a freed block keeps its history until its pool stream works again
         ++z.pending_frees;
-        z.segments += p.shadow.cells.size();
-        for (const auto& c : p.shadow.cells) count(c);
+        z.segments += p.shadow.segs.size();
+        for (const auto& g : p.shadow.segs) count(g.cell);
         z.bytes += p.shadow.bytes() + p.held.t.capacity() * sizeof(Time) + sizeof(PendingFree);
       }
     for (size_t a = 0; a < clocks_.size(); ++a) {
@@ -539,11 +529,9 @@ class Detector {
   std::vector<StorageShadow> spare_;
 
   void recycle(StorageShadow&& shadow) {
-    if (!recycle_shadows || spare_.size() >= 256 || shadow.cells.empty()) return;
-    shadow.starts.clear();
-    shadow.ends.clear();
-    shadow.cells.resize(1);  // the first cell stays, with its reads' capacity
-    shadow.cells[0].reads.clear();
+    if (!recycle_shadows || spare_.size() >= 256 || shadow.segs.empty()) return;
+    shadow.segs.resize(1);  // the array keeps its capacity, the first cell its reads'
+    shadow.segs[0].cell.reads.clear();
     spare_.push_back(std::move(shadow));
   }
 
@@ -552,9 +540,10 @@ class Detector {
     StorageShadow s = std::move(spare_.back());
     spare_.pop_back();
     s.actor = a.actor;
-    s.starts.push_back(start);
-    s.ends.push_back(end);
-    Cell& c = s.cells[0];
+    Segment& g = s.segs[0];
+    g.start = start;
+    g.end = end;
+    Cell& c = g.cell;
     c.has_write = a.is_write;
     if (a.is_write) c.write = a;
     else c.reads.push_back(a);
@@ -701,14 +690,18 @@ class Detector {
     Access reuse = make(stream, thread, true, site, op, at, clock.get(stream));
     std::vector<PendingFree> frees = std::move(pending_frees_[stream]);
     pending_frees_.erase(stream);
-    Clock copy = clock;
     std::vector<Found> found;
+    Clock joined;  // the stream's clock joined with a free's record_stream streams, where it has any
     for (auto& pending : frees) {
-      Clock when = copy;
-      when.join(pending.held);
-      pending.free.clock = when.get(stream);
+      const Clock* when = &clock;  // nothing below changes the clocks: no copy for a free without record_stream
+      if (!pending.held.t.empty()) {
+        joined = clock;
+        joined.join(pending.held);
+        when = &joined;
+      }
+      pending.free.clock = when->get(stream);
       found.clear();
-      pending.shadow.check_all(pending.free, when, found);
+      pending.shadow.check_all(pending.free, *when, found);
       if (!found.empty()) {
         const Allocation* known = allocation(pending.storage);
         report(pending.storage, pending.free, found, &reuse, known != nullptr ? known : &pending.allocation);

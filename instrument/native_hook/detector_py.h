@@ -163,7 +163,7 @@ inline void bind_detector(py::module& m) {
         const StorageShadow* s = d.shadow(id_of(storage));
         if (s == nullptr) return py::none();
         py::list segments;
-        for (size_t k = 0; k < s->starts.size(); ++k) segments.append(py::make_tuple(s->starts[k], s->ends[k]));
+        for (const Segment& g : s->segs) segments.append(py::make_tuple(g.start, g.end));
         return py::make_tuple(s->actor == kMixed ? py::object(py::none()) : py::object(py::str(d.actor_name(s->actor))),
                               segments);
       }, "(the one actor of its history or None, [(start, end) of each segment]) or None")
