@@ -57,10 +57,10 @@ class CallsAndAccesses(ast.NodeVisitor):
             # `ev.record(stream=s)`, `s.wait_event(event=ev)`: the keyword spellings of the one argument
             named = next((k.value for k in node.keywords if k.arg in SYNC_ARG_KEYWORDS), None)
             arg = dotted(node.args[0]) if node.args else dotted(named) if named is not None else ""
-            if method == "record_event" and not arg:
+            if method == "record_event":
                 # `s.record_event()` records a new event on s: the event is the call's value (named by the
-                # assignment that takes it, bindings.py), the stream its argument
-                receiver, arg = dotted(node), receiver
+                # assignment that takes it, bindings.py), the stream its argument; `s.record_event(ev)` records ev
+                receiver, arg = (arg, receiver) if arg else (dotted(node), receiver)
             self.fn.syncs.append(
                 Sync(sync_kind, receiver, line, col, arg, self.region, self.blocks[-1], method or last))
         on_module = receiver.split(".", 1)[0] in self.facts.imports  # `torch.add(...)`, `dist.all_reduce(...)`

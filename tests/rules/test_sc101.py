@@ -376,3 +376,29 @@ def test_a_helper_called_only_before_the_write_reads_before_it():
     later = source.replace("{after}", "\n            def after(self):\n                return self.check()\n")
     assert [(f.rule, f.primary.line) for f in findings_of({"m.py": later})] == [
         ("SC101", line_of(later, "dist.all_reduce"))]
+
+
+RECORDED_BY_STREAM = """
+    import torch
+
+    def stage(x, y, side, other):
+        other.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(other):
+            x.copy_(y)
+        ev = torch.cuda.Event()
+        RECORDING.record_event(ev)
+        side.wait_event(ev)
+        with torch.cuda.stream(side):
+            return x * 2
+"""
+
+
+def test_an_event_a_stream_records_with_record_event_covers_that_stream_only():
+    # `s.record_event(ev)` records `ev` on s (vLLM's prefetch offloader forks its copy stream this way). Read
+    # the other way round, `ev` was recorded nowhere and its wait ordered every stream.
+    on_current = RECORDED_BY_STREAM.replace("RECORDING", "torch.cuda.current_stream()")
+    found = [(f.rule, f.kind, f.primary.line, f.extra["writer_stream"], f.extra["reader_stream"],
+              [(r.role, r.line) for r in f.related][:1]) for f in findings_of({"m.py": on_current})]
+    assert found == [("SC101", "RAW", line_of(on_current, "x.copy_(y)"), "other", "side",
+                      [(ROLE_READ, line_of(on_current, "return x * 2"))])]
+    assert findings_of({"m.py": RECORDED_BY_STREAM.replace("RECORDING", "other")}) == []
