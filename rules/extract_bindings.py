@@ -49,6 +49,8 @@ class Bindings(ast.NodeVisitor):
         if not self.detailed or len(node.targets) != 1:
             return
         self._name_recorded_event(node.targets[0], node.value)
+        self._call_value(node.targets[0], node.value)
+        self._packed(node.targets[0], node.value)
         self._through_container(node.targets[0], node.value)
         self._derived(node.targets[0], node.value)
         target, end = node.targets[0], (node.end_lineno or node.lineno, (node.end_col_offset or 0) + 1)
@@ -69,6 +71,39 @@ class Bindings(ast.NodeVisitor):
             # `data = request.wait()` inside `with stream(s):` (torchrec's input dist): the awaited work ends on s,
             # so what it hands back is s's to order, like a kernel's output.
             self._access("write", target, *end, "wait", at=end, fresh=True)
+
+    def _call_value(self, target: ast.AST, value: ast.AST) -> None:
+        """What travels through calls (FunctionFacts.call_results, keeps; call_values.py): `state = self.offload(x)`
+        binds a call's result; `self._tensors[tag] = tensor` keeps a local or a parameter in a container of `self`."""
+        if isinstance(target, ast.Name) and isinstance(value, ast.Call):
+            self.fn.call_results.append((target.id, value.lineno, value.col_offset + 1))
+        elif isinstance(target, ast.Subscript) and isinstance(value, ast.Name):
+            container = access_path(target.value)
+            if container and container.startswith("self.") and container.count(".") == 1:
+                self.fn.keeps.append((value.id, container, target.lineno))
+
+    def visit_Return(self, node: ast.Return) -> None:
+        """`return state` / `return a, b` (FunctionFacts.returned); `return self._tensors.pop(tag)` hands an element
+        of a container of `self` out (FunctionFacts.hands_out)."""
+        if self.detailed and node.value is not None:
+            self.fn.returned.extend(e.id for e in elements(node.value) if isinstance(e, ast.Name))
+            container = _taken_out_of(node.value)
+            if container and container.startswith("self.") and container.count(".") == 1:
+                self.fn.hands_out.append(container)
+        self.generic_visit(node)
+
+    def _packed(self, target: ast.AST, value: ast.AST) -> None:
+        """`state = (buf.device, buf_cpu)` after `buf_cpu` was written (Megatron's activation offload returns such a
+        tuple and stores it for the reload): the tuple holds that output, so it is written where its element was,
+        and storing or returning it hands the write on."""
+        if not isinstance(target, ast.Name) or not isinstance(value, (ast.Tuple, ast.List)):
+            return
+        packed = {e.id for e in value.elts if isinstance(e, ast.Name)} & self.written_locals.get(id(self.fn), set())
+        writes = [replace(a, path=target.id, index="", fresh=False) for a in self.fn.accesses
+                  if a.kind == "write" and a.path in packed]
+        if writes:
+            self.fn.accesses.extend(writes)
+            self.written_locals[id(self.fn)].add(target.id)
 
     def _derived(self, target: ast.AST, value: ast.AST) -> None:
         """`local = [op for op in self.ops if ...]`, `view = req.dest[a:b]`, `op = self.ops[k]`: the local holds
@@ -113,6 +148,14 @@ class Bindings(ast.NodeVisitor):
             # and model runner): another name for that attribute from here on; `_access` reads the local as it.
             # (Not a parameter: `t = data` may be host data as often as a tensor, vLLM's `async_tensor_h2d`.)
             aliases[target.id] = source
+            return
+        if isinstance(target, ast.Tuple) and isinstance(value, ast.Name) and value.id in self.fn.params:
+            # `dev, cpu_backup, use_pool = state` (Megatron's reload of what offload returned): the tensors unpacked
+            # from a parameter are its elements, so what a device op does to them it does to the parameter
+            # (summaries.parameter_accesses); a tuple of a caller's is a container, not host data
+            for name in [e.id for e in target.elts if isinstance(e, ast.Name)]:
+                if not any(word in name.lower() for word in NOT_TENSOR_WORDS):
+                    aliases[name] = value.id
             return
         if isinstance(target, ast.Attribute) and isinstance(value, ast.Name) and self.region == NO_REGION \
                 and value.id in self.written_locals.get(id(self.fn), set()):

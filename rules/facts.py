@@ -220,6 +220,14 @@ class FunctionFacts:
     # `local = [op for op in self.ops if ...]`, `view = req.dest[a:b]`): what is written through the local is
     # written into that path (outside_consumers.py).
     derived: list[tuple[str, str, int]] = field(default_factory=list)
+    # What travels through calls (call_values.py), detailed files only: (local, line, column) of a local bound to
+    # the result of the call at (line, column); the locals `return` hands back (`return state`, `return a, b`);
+    # (name, container path, line) for a local or parameter kept in a container of `self` (`self._tensors[tag] =
+    # tensor`); the containers of `self` an element is returned out of (`return self._tensors.pop(k)`).
+    call_results: list[tuple[str, int, int]] = field(default_factory=list)
+    returned: list[str] = field(default_factory=list)
+    keeps: list[tuple[str, str, int]] = field(default_factory=list)
+    hands_out: list[str] = field(default_factory=list)
 
     _parts = {
         "calls": Call, "accesses": Access, "syncs": Sync, "regions": Region, "uses": Use, "placements": Placement,
@@ -247,6 +255,10 @@ class FunctionFacts:
         kwargs["loops"] = [tuple(b) for b in data.get("loops", ())]
         kwargs["taken"] = [tuple(t) for t in data.get("taken", ())]
         kwargs["derived"] = [tuple(t) for t in data.get("derived", ())]
+        kwargs["call_results"] = [tuple(t) for t in data.get("call_results", ())]
+        kwargs["returned"] = list(data.get("returned", ()))
+        kwargs["keeps"] = [tuple(t) for t in data.get("keeps", ())]
+        kwargs["hands_out"] = list(data.get("hands_out", ()))
         for key, kind in cls._parts.items():
             kwargs[key] = [_build(kind, item) for item in data.get(key, ())]
         return cls(**kwargs)

@@ -26,7 +26,7 @@ from .callgraph import Edge, Function
 from .facts import NO_REGION, Access, FunctionFacts, exclusive
 from .orderings import EVENT, Ordering, ordered_by, orderings_of, recording_stream, site_stream
 from .streams import CURRENT_STREAM, PARAM, UNKNOWN, display
-from .summaries import call_orderings
+from .summaries import call_orderings, call_records, event_waiters
 
 if TYPE_CHECKING:
     from .program import Program
@@ -184,7 +184,7 @@ def _after_in(program: "Program", function: Function, position: Position, earlie
     limit = _first_reaching_call(program, function, position, consumers)
     if ordered_between(program, function, position, limit, earlier, later, frame):
         return True, False
-    if _event_handed_off(program, function, position, earlier):
+    if _event_handed_off(program, function, position, earlier, later):
         return True, False
     return False, limit != END
 
@@ -204,14 +204,22 @@ def _after_in_callers(program: "Program", function: Function, earlier: str, late
     return False
 
 
-def _event_handed_off(program: "Program", function: Function, position: Position, stream: str) -> bool:
+def _event_handed_off(program: "Program", function: Function, position: Position, stream: str, reader: str) -> bool:
     """An event recorded on the writer's stream after the write, in a program that waits on some event: the
-    event travels (a queue, a dict per module) to a consumer that waits on it, which the lint cannot follow."""
+    event travels (a queue, a dict per module) to a consumer that waits on it, which the lint cannot follow.
+    An event a helper records for the function (`group.record_reload_event(self.h2d_stream)`) is followed: it
+    hands the write off to the reader only when the reader's stream waits for that event somewhere (Megatron's
+    offload events are waited by the reload stream only, #7398; its reload events by the current stream)."""
     recorded = any(
         sync.kind == "record" and (sync.line, sync.column) > position
         and recording_stream(program, function, sync) == stream for sync in function.facts.syncs)
-    return recorded and program.memo("races.waits_on_events", lambda: any(
-        o.target.startswith(EVENT) for fn in program.functions.values() for o in orderings_of(program, fn)))
+    if recorded and program.memo("races.waits_on_events", lambda: any(
+            o.target.startswith(EVENT) for fn in program.functions.values() for o in orderings_of(program, fn))):
+        return True
+    # (a waiter the lint cannot name, `wait_reload_event(torch.cuda.current_stream())`'s argument, may be the reader)
+    return any(recorded_on == stream and not event_waiters(program, event).isdisjoint({reader, UNKNOWN})
+               for call, edges in program.calls_of(function.id) if (call.line, call.column) > position
+               for event, recorded_on in call_records(program, function, call, edges))
 
 
 # Calls that run code the scan cannot see (autograd hooks), even when they resolve to nothing scanned.

@@ -8,18 +8,23 @@ Two summaries, each computed once per function, bottom-up, without recursion (ca
   on them.
 - **parameter accesses**: what the function reads and writes through its parameters (`def fill(buf): buf.zero_()`)
   and, at a call site, the same accesses on the caller's argument paths (`bound_accesses`): a tensor handed to a
-  helper is read or written where the helper does it, and only if it does.
+  helper is read or written where the helper does it, and only if it does. Values that travel through calls
+  (results, kept parameters, handed-out elements) are added there by call_values.py.
+Beside them, the events a call records for its caller (`call_records`) and the streams that wait for an event
+anywhere (`event_waiters`), which tell whether a recorded event hands a write off to its reader (races.py).
 """
 
 from __future__ import annotations
 
 import builtins
+from dataclasses import replace
 from typing import TYPE_CHECKING, Callable, Iterable
 
+from .call_values import value_accesses
 from .collectives import reads_in_place
 from .extract import split_index
 from .facts import Access, Call
-from .orderings import ANY_STREAM, Ordering, orderings_of, site_stream
+from .orderings import ANY_STREAM, EVENT, Ordering, event_id, orderings_of, recording_stream, site_stream
 from .streams import CURRENT_STREAM, HOST, PARAM, UNKNOWN, stream_id
 
 if TYPE_CHECKING:
@@ -123,21 +128,37 @@ def bound_accesses(program: "Program", function: "Function") -> list[Access]:
         # A local handed to a helper can only race where the function itself switches streams or runs under a
         # region; an attribute of `self` can race from anywhere.
         on_streams = bool(function.facts.regions or program.region_chains(function.id))
+        # ... and a local taken out of a container another function filled (`state = self.saved.pop(tag)`) is that
+        # container's element: what a helper does to it, it does to the container
+        taken = {local: (container, line) for local, container, line in function.facts.taken}
         for call, edges in program.calls_of(function.id):
-            if not call.args or not (on_streams or any(a.startswith("self.") for a in call.args)):
+            if not call.args or not (on_streams or any(a.startswith("self.") or a in taken for a in call.args)):
                 continue
             exact = [e for e in edges if e.exact and program.functions[e.callee].file.detailed]
             for edge in exact:
-                found.extend(_bind(program, function, call, edge, parameter_accesses(program, edge.callee)))
+                found.extend(_as_taken(bind(program, function, call, edge, parameter_accesses(program, edge.callee)),
+                                       taken))
             if not edges and _calls_a_value(function, call):
                 for arg in call.args:
                     if arg and "=" not in arg:
                         path, index = split_index(arg)
                         found.append(Access("read", path, call.line, call.column, call.callee, call.region,
                                             index=index))
-        return found
+        return found + value_accesses(program, function, found)
 
     return program.memo(("summaries.bound", function.id), build)
+
+
+def _as_taken(accesses: list[Access], taken: dict[str, tuple[str, int]]) -> list[Access]:
+    """The accesses with a local taken out of a container (from its line on) read as that container's."""
+    if not taken:
+        return accesses
+    found = []
+    for access in accesses:
+        root, dot, rest = access.path.partition(".")
+        container, line = taken.get(root, ("", 0))
+        found.append(replace(access, path=container + dot + rest) if container and access.line >= line else access)
+    return found
 
 
 def _calls_a_value(function: "Function", call: Call) -> bool:
@@ -163,10 +184,10 @@ def _own_param_accesses(program: "Program", function: "Function") -> set[Access]
 
 def _call_param_accesses(program: "Program", function: "Function", call: Call, edge: "Edge", callee_value) -> set:
     params = set(function.facts.params) - {"self", "cls"}
-    return {a for a in _bind(program, function, call, edge, callee_value) if a.path.split(".", 1)[0] in params}
+    return {a for a in bind(program, function, call, edge, callee_value) if a.path.split(".", 1)[0] in params}
 
 
-def _bind(program: "Program", caller: "Function", call: Call, edge: "Edge", accesses) -> list[Access]:
+def bind(program: "Program", caller: "Function", call: Call, edge: "Edge", accesses) -> list[Access]:
     callee = program.functions[edge.callee]
     generic = program.options.all_generic_attributes
     found = []
@@ -217,3 +238,37 @@ def _bottom_up(program: "Program", start: str, table: dict, own: Callable, throu
                 callee_value = table.get(edge.callee, partial.get(edge.callee, ()))
                 value |= through_call(program, function, call, edge, callee_value)
         table[fid] = frozenset(value)
+
+
+def call_records(program: "Program", caller: "Function", call: Call, edges: Iterable["Edge"]) -> list[Pair]:
+    """(event id, stream) of each record a callee makes on a stream the call hands it (Megatron's
+    `group.record_offload_event(self.d2h_stream)`: `self._offload_event.record(stream)`), in the caller's frame."""
+    found = []
+    for edge in edges:
+        callee = program.functions[edge.callee]
+        for sync in callee.facts.syncs:
+            if sync.kind == "record":
+                stream = recording_stream(program, callee, sync)
+                if stream.startswith(PARAM):
+                    found.append((event_id(program, callee, sync.receiver),
+                                  translate(program, caller, call, callee, stream)))
+    return found
+
+
+def event_waiters(program: "Program", event: str) -> frozenset[str]:
+    """Every stream the program makes wait for `event` (an event id): by its own waits, and by the calls of helpers
+    that wait on it for a stream they are handed (`group.wait_reload_event(torch.cuda.current_stream())`)."""
+    def build() -> dict[str, frozenset[str]]:
+        found: dict[str, set[str]] = {}
+        for function in program.functions.values():
+            for o in orderings_of(program, function):
+                if o.target.startswith(EVENT):
+                    if not o.waiter.startswith(PARAM):
+                        found.setdefault(o.target[len(EVENT):], set()).add(o.waiter)
+                        continue
+                    for caller, call in program.call_sites.get(function.id, ()):
+                        found.setdefault(o.target[len(EVENT):], set()).add(
+                            translate(program, caller, call, function, o.waiter))
+        return {k: frozenset(v) for k, v in found.items()}
+
+    return program.memo("summaries.event_waiters", build).get(event, frozenset())

@@ -1,6 +1,6 @@
 """Real stream-ordering fixes, before and after: the release before the fix is flagged at the fixed code, the
-release with the fix is not (issue 14). Only the cases the engine gets right are here; the cases it misses
-(DeepSpeed #8080, Megatron #7398, vLLM #47282) are written up for issue 14 with a reduced racy/fixed pair each and
+release with the fix is not (issue 14). Only the cases the engine gets right are here; Megatron #7398 is still
+open, so only its racy release is here; the cases the engine misses (DeepSpeed #8080, vLLM #47282) are written up for issue 14 with a reduced racy/fixed pair each and
 what the engine lacks (benchmarks/triage/real_fixes.md). (The hpZ fix, 0.13.4 -> 0.13.5, is in
 tests/rules/test_deepspeed_sc101.py.)
 
@@ -211,3 +211,26 @@ def test_activation_offload_waits_for_the_current_stream_in_1_14_0(sdist):
     root = sdist("trl", "1.14.0")
     assert "return torch.cuda.current_stream()" in (root / ACTIVATION_OFFLOADING).read_text(encoding="utf-8")
     assert [f for f in _scan(root, "trl/models") if f.primary.path == ACTIVATION_OFFLOADING] == []
+
+
+# Megatron-LM issue #7398 (open in megatron-core 0.16.1): the fine-grained activation offload copies each activation
+# to the host on `d2h_stream` (`bulk_offload_group` calls `offload`, which returns `(device, cpu_backup, use_pool)`,
+# line 880) and keeps the tuple in the group (`push_tensor`: `self._tensors[tag] = tensor`); the group's offload
+# event is waited by the reload stream only (line 907). `tensor_pop` takes the tuple back out of the group
+# (`pop_tensor`: `return self._tensors.pop(tag)`) and reloads it inline on the current stream (line 856), with no
+# edge to the D2H copy. The reload stream's own pushes (line 911) are waited through the group's reload event.
+FINE_GRAINED_OFFLOAD = "megatron/core/pipeline_parallel/fine_grained_activation_offload.py"
+
+
+def test_inline_reload_has_no_edge_to_the_offload_copy_in_0_16_1(sdist):
+    root = sdist("megatron-core", "0.16.1")
+    source = (root / FINE_GRAINED_OFFLOAD).read_text(encoding="utf-8").splitlines()
+    assert source[855].strip() == "tensor = self.reload(tensor)"
+    [finding] = [f for f in _scan(root, "megatron/core/pipeline_parallel") if f.primary.path == FINE_GRAINED_OFFLOAD]
+    assert (finding.rule, finding.kind, finding.primary.line, finding.primary.column) == ("SC101", "RAW", 880, 29)
+    assert finding.primary.snippet == "state = self.offload("
+    assert finding.symbol == "ChunkOffloadHandler.bulk_offload_group"
+    assert finding.extra == {"path": "group_to_offload._tensors", "writer_stream": "self.d2h_stream",
+                             "reader_stream": "", "consumer": "device op"}
+    assert [(r.line, r.role, r.note) for r in finding.related if r.role == "read"] == [
+        (856, "read", "copy_ in ChunkOffloadHandler.reload in ChunkOffloadHandler.tensor_pop")]

@@ -1,0 +1,113 @@
+"""Tensors that travel through calls as values: a callee's result, a parameter a callee keeps, an element it hands
+back. Megatron's activation offload (issue #7398) moves a D2H copy's output exactly so:
+
+    with torch.cuda.stream(self.d2h_stream):
+        state = self.offload(x)                      # offload writes cpu_backup and returns (dev, cpu_backup)
+        group.push_tensor(tag, state)                # push_tensor: self._tensors[tag] = tensor
+    ...
+    tensor = self.groups[i].pop_tensor(tag)          # pop_tensor: return self._tensors.pop(tag)
+    tensor = self.reload(tensor)                     # reload reads cpu_backup on the current stream
+
+At each call the callee's facts (FunctionFacts.returned, keeps, hands_out) become accesses of the caller's paths:
+- **result**: a local the callee writes on its own current stream and returns is written, for the caller, at the
+  call and on the call's stream, when the call is made inside a stream region (`state` above);
+- **kept**: what the caller wrote inside a stream region into the argument of a kept parameter is written into
+  the receiver's container (`group._tensors`), as if the caller had stored it there itself; a result the caller
+  keeps in a container of its own (`self.saved[tag] = state`) is written into that container;
+- **handed out**: what the caller does later to the local bound to the handed-out element, it does to the
+  receiver's container (`self.groups._tensors`); `_tensors` then pairs by its name with the store above
+  (aliasing.access_keys).
+A call is followed through its exact edges, or through its one edge when the method's name resolves to a single
+function of the program (`group.push_tensor`: the receiver is a local whose class the scan does not know).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from .facts import NO_REGION, Access, Call
+
+if TYPE_CHECKING:
+    from .callgraph import Edge, Function
+    from .program import Program
+
+
+def value_accesses(program: "Program", function: "Function", bound: list[Access]) -> list[Access]:
+    """The accesses of `function`'s paths that its calls' values make (see the module's docstring); `bound` are the
+    accesses its calls make through the callees' parameters (summaries.bound_accesses)."""
+    facts = function.facts
+    results = {(line, column): local for local, line, column in facts.call_results}
+    own = program.own_accesses(function)
+    found: list[Access] = []
+    for call, edges in program.calls_of(function.id):
+        callee = _followed(program, edges)
+        if callee is None:
+            continue
+        local = results.get((call.line, call.column))
+        if local and call.region != NO_REGION:
+            written = _result_writes(program, callee, call, local)
+            found.extend(written)
+            # kept here (`self.saved[tag] = state`): the container holds the result too (extraction saw no write)
+            found.extend(replace(a, path=container, index="") for a in written
+                         for name, container, line in facts.keeps if name == local and line >= call.line)
+        receiver = call.callee.rpartition(".")[0].replace("[]", "")  # `self.groups[i].pop_tensor`: self.groups
+        if not receiver:
+            continue
+        for param, container, _line in callee.facts.keeps:
+            if param not in callee.facts.params:
+                continue
+            found.extend(_kept(program, function, callee, call, param, receiver + container[len("self"):],
+                               own + found))
+        if local and callee.facts.hands_out:
+            later = [a for a in own + bound + _handed_to_callees(program, function, local, bound)
+                     if a.path == local and a.line >= call.line and a.kind == "read"]
+            for container in callee.facts.hands_out:
+                path = receiver + container[len("self"):]
+                found.extend(replace(a, path=path, index="", fresh=False) for a in later)
+    return found
+
+
+def _handed_to_callees(program: "Program", function: "Function", local: str, bound: list[Access]) -> list[Access]:
+    """What the callees given `local` do to it (bound_accesses leaves a local's out where the function runs on
+    one stream only; an element taken out of a container can race with the side stream that filled it)."""
+    from .summaries import bind, parameter_accesses
+
+    found = []
+    for call, edges in program.exact_edges_of(function.id):
+        if local in call.args and not any(a.line == call.line and a.path == local for a in bound):
+            for edge in edges:
+                if program.functions[edge.callee].file.detailed:
+                    found.extend(bind(program, function, call, edge, parameter_accesses(program, edge.callee)))
+    return found
+
+
+def _followed(program: "Program", edges: list["Edge"]) -> "Function | None":
+    exact = [e for e in edges if e.exact]
+    if len(exact) == 1 or len(edges) == 1:
+        callee = program.functions[(exact or edges)[0].callee]
+        return callee if callee.file.detailed else None
+    return None
+
+
+def _result_writes(program: "Program", callee: "Function", call: Call, local: str) -> list[Access]:
+    returned = set(callee.facts.returned)
+    writes = [a for a in program.own_accesses(callee)
+              if a.kind == "write" and a.path in returned and a.region == NO_REGION and not a.owner]
+    if not writes:
+        return []
+    first = writes[0]
+    return [Access("write", local, call.line, call.column, f"{first.op} in {callee.facts.qualname}", call.region,
+                   fresh=True)]
+
+
+def _kept(program: "Program", caller: "Function", callee: "Function", call: Call, param: str, path: str,
+          accesses: list[Access]) -> list[Access]:
+    from .summaries import argument_for
+
+    arg = argument_for(callee, call, param)
+    if not arg or "." in arg:
+        return []
+    # (a new tensor kept stays new: storing it overwrites no element another stream still uses)
+    return [replace(a, path=path, index="") for a in accesses
+            if a.kind == "write" and a.path == arg and a.region != NO_REGION and a.line <= call.line]
