@@ -31,6 +31,8 @@ or a function whose body calls a callee whose last name is F's name.
 Harmless. A deletion that protects nothing (timing code, a host-only wait, a wait right before the same stream's
 next use) is listed with a reason in benchmarks/triage/mutation_harmless.tsv (package, version, path, line, reason).
 recall = flagged / (sites - harmless), where flagged counts only the sites not listed as harmless.
+Per shape: a flagged line ends in the rule and kind of its near findings (`[SC101 RAW]`); at the end the harmful
+sites are counted by that, and the missed ones by the shape of their row in triage/mutation_misses_*.tsv.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ import argparse
 import csv
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -163,13 +166,20 @@ def _functions_or_none(text: str, rel: str) -> list[Function]:
         return []
 
 
-def is_flagged(findings: list, near: list[Function]) -> bool:
-    return any(fn.path == path and fn.line <= line <= fn.end_line
-               for finding in findings for path, line in locations(finding) for fn in near)
+def near_findings(findings: list, near: list[Function]) -> list:
+    """The findings with a location in one of the `near` functions (a deletion is flagged when there is one)."""
+    return [finding for finding in findings
+            if any(fn.path == path and fn.line <= line <= fn.end_line
+                   for path, line in locations(finding) for fn in near)]
 
 
-def measure(target: Target, sites: list[tuple[str, int]], cache: Path) -> list[tuple[str, int, bool]]:
-    """(path, line, flagged) of every committed site still found by the rule; prints one line per site."""
+def shape_of(findings: list) -> str:
+    """What a flagged deletion was found as: the rule and race kind of its near findings, e.g. `SC101 RAW`."""
+    return ",".join(sorted({f"{f.rule} {f.kind}" for f in findings}))
+
+
+def measure(target: Target, sites: list[tuple[str, int]], cache: Path) -> list[tuple[str, int, bool, str]]:
+    """(path, line, flagged, shape_of its findings) of every committed site still found by the rule; prints one line per site."""
     tree = unpacked(target.package, cache)
     started = time.perf_counter()
     program = Program(tree, target.program)
@@ -182,16 +192,17 @@ def measure(target: Target, sites: list[tuple[str, int]], cache: Path) -> list[t
         if site is None:
             print(f"  gone    {path}:{line} (the committed site is not found by the rule any more)")
             continue
-        hit = is_flagged(program.new_findings(site), program.near(site))
-        outcomes.append((path, line, hit))
-        print(f"  {'flagged' if hit else 'missed':7} {path}:{line}  {site.text}", flush=True)
+        found = near_findings(program.new_findings(site), program.near(site))
+        outcomes.append((path, line, bool(found), shape_of(found)))
+        shape = f"  [{shape_of(found)}]" if found else ""
+        print(f"  {'flagged' if found else 'missed':7} {path}:{line}  {site.text}{shape}", flush=True)
     print(f"  ({len(outcomes)} mutations in {time.perf_counter() - started:.0f} s)", flush=True)
     return outcomes
 
 
-def outcomes_of_log(log: Path) -> dict[str, list[tuple[str, int, bool]]]:
+def outcomes_of_log(log: Path) -> dict[str, list[tuple[str, int, bool, str]]]:
     """The per-site lines of a saved run's output, by target (to score it again with a newer harmless file)."""
-    outcomes: dict[str, list[tuple[str, int, bool]]] = {}
+    outcomes: dict[str, list[tuple[str, int, bool, str]]] = {}
     current = None
     for line in log.read_text(encoding="utf-8").splitlines():
         words = line.split()
@@ -199,15 +210,16 @@ def outcomes_of_log(log: Path) -> dict[str, list[tuple[str, int, bool]]]:
             current = outcomes.setdefault(words[0], [])
         elif current is not None and words and words[0] in ("flagged", "missed"):
             path, number = words[1].rsplit(":", 1)
-            current.append((path, int(number), words[0] == "flagged"))
+            shape = line.rsplit("  [", 1)[1].rstrip("]") if line.endswith("]") and "  [" in line else ""
+            current.append((path, int(number), words[0] == "flagged", shape))
     return outcomes
 
 
-def summary(name: str, outcomes: list[tuple[str, int, bool]], harmless: set) -> tuple[int, int, int]:
+def summary(name: str, outcomes: list[tuple[str, int, bool, str]], harmless: set) -> tuple[int, int, int]:
     """Print and return (sites, flagged among the harmful ones, harmless)."""
     sites = len(outcomes)
-    harmless_here = sum((name, path, line) in harmless for path, line, _ in outcomes)
-    flagged = sum(hit and (name, path, line) not in harmless for path, line, hit in outcomes)
+    harmless_here = sum((name, path, line) in harmless for path, line, _, _ in outcomes)
+    flagged = sum(hit and (name, path, line) not in harmless for path, line, hit, _ in outcomes)
     harmful = sites - harmless_here
     recall = f"{100 * flagged / harmful:.0f} %" if harmful else "n/a"
     print(f"{name}: sites {sites}, flagged {flagged}, harmless {harmless_here}, "
@@ -237,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     harmless = committed(HARMLESS_FILE) if HARMLESS_FILE.exists() else set()
     saved = outcomes_of_log(args.rescore) if args.rescore else {}
     totals = [0, 0, 0]
+    shapes: list[tuple[str, str, int, bool, str]] = []  # (target, path, line, flagged, shape) of harmful sites
     for target in targets:
         if args.rescore:
             outcomes = saved.get(target.name, [])
@@ -245,11 +258,36 @@ def main(argv: list[str] | None = None) -> int:
                            and (not args.path or any(text in path for text in args.path)))[args.offset:]
             outcomes = measure(target, sites[:args.limit] if args.limit else sites, CACHE)
         totals = [a + b for a, b in zip(totals, summary(target.name, outcomes, harmless))]
+        shapes += [(target.name, path, line, hit, shape) for path, line, hit, shape in outcomes
+                   if (target.name, path, line) not in harmless]
     sites, flagged, harmless_total = totals
     harmful = sites - harmless_total
     recall = f"{100 * flagged / harmful:.0f} %" if harmful else "n/a"
     print(f"total: sites {sites}, flagged {flagged}, harmless {harmless_total}, recall {flagged}/{harmful} = {recall}")
+    print_shapes(shapes)
     return 0
+
+
+def print_shapes(shapes: list[tuple[str, str, int, bool, str]]) -> None:
+    """Flagged deletions by what they were found as; missed ones by the shape their triage row gives."""
+    found = Counter(shape or "?" for _, _, _, hit, shape in shapes if hit)
+    triaged = missed_shapes()
+    missed = Counter(triaged.get((name, path, line), "untriaged") for name, path, line, hit, _ in shapes if not hit)
+    if found:
+        print("flagged, by finding: " + ", ".join(f"{shape} {n}" for shape, n in found.most_common()))
+    if missed:
+        print("missed, by triaged shape: " + ", ".join(f"{shape} {n}" for shape, n in missed.most_common()))
+
+
+def missed_shapes() -> dict[tuple[str, str, int], str]:
+    """(target, path, line) -> the shape column of the committed misses files (RAW, WAR, FREE, HANDLE, ...)."""
+    shapes = {}
+    for path in sorted(TRIAGE.glob("mutation_misses_*.tsv")):
+        with path.open(encoding="utf-8") as rows:
+            for row in csv.DictReader(rows, delimiter="\t"):
+                if row.get("shape") and row.get("line", "").isdigit():
+                    shapes[(row["package"], row["path"], int(row["line"]))] = row["shape"]
+    return shapes
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ import ast
 from pathlib import Path
 
 from corpus_sites import delete_statement, python_files, sites_of
-from mutation_recall import Program, is_flagged
+from mutation_recall import Program, near_findings, shape_of
 
 ORDERED = """import torch
 
@@ -77,4 +77,5 @@ def test_deleting_the_wait_is_flagged(tmp_path: Path):
     new = program.new_findings(site)
     assert [(f.rule, f.primary.path, f.primary.line) for f in new] == [("SC101", "pkg/m.py", 4)]
     assert [fn.qualname for fn in program.near(site)] == ["run"]
-    assert is_flagged(new, program.near(site))
+    assert near_findings(new, program.near(site)) == new
+    assert shape_of(new) == "SC101 RAW"
