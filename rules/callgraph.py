@@ -108,6 +108,11 @@ class CallGraph:
             self._nested_names[file.path] = {fn.qualname.rsplit(".", 1)[1] for fn in file.functions
                                              if "." in fn.qualname}
             self._by_module.setdefault(self._module_of[file.path], []).append(file)
+            spelled = _full_module_name(file.path)
+            if spelled != self._module_of[file.path] and "." in spelled:
+                # under a namespace package (PEP 420: Megatron's `megatron/` holds no `__init__.py`, yet its code
+                # imports `megatron.core.x`): the name from the scan root imports it too
+                self._by_module.setdefault(spelled, []).append(file)
             top = self._top_level.setdefault(file.path, {})
             class_names = {c.qualname for c in file.classes}
             for cls in file.classes:
@@ -413,6 +418,14 @@ def _enclosing_class(qualname: str, class_names: set[str]) -> str | None:
             return candidate
         parts.pop()
     return None
+
+
+def _full_module_name(path: str) -> str:
+    """The dotted name of a file from the scan root down, every folder counted (`megatron/core/x.py` ->
+    `megatron.core.x`)."""
+    parts = [p for p in path.replace("\\", "/").split("/") if p not in ("", ".")]
+    stem = parts[-1].rsplit(".", 1)[0] if parts else ""
+    return ".".join(parts[:-1] + ([] if stem == "__init__" else [stem]))
 
 
 def _true_module_names(files: list[FileFacts]) -> dict[str, str]:

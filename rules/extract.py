@@ -21,6 +21,7 @@ from typing import Any, Callable
 from .extract_bindings import ALIAS, Bindings
 from .extract_blocks import RegionsAndBlocks
 from .extract_calls import CallsAndAccesses
+from .extract_keeps import kept_facts
 from .extract_names import METADATA_ATTRS, METADATA_METHODS, NOT_DATA_WRITES, VIEW_METHODS
 from .extract_paths import access_path, dotted, elements, split_index
 from .facts import MODULE_SCOPE, NO_REGION, ClassFacts, FileFacts, FunctionFacts, ParseFailure, module_name
@@ -291,6 +292,10 @@ class _FactsVisitor(CallsAndAccesses, Bindings, RegionsAndBlocks, ast.NodeVisito
         for stmt in node.body:
             self.visit(stmt)
         self.class_stack.pop()
+        if self.detailed:
+            fn.kept_events = kept_facts(node)
+            for fact in fn.kept_events:
+                self._keep_line(fact[4])
         _drop_unwritten_locals(fn)
         _drop_unrecorded_stores(fn)
         self.fn, self.region, self.blocks = saved

@@ -228,6 +228,9 @@ class FunctionFacts:
     returned: list[str] = field(default_factory=list)
     keeps: list[tuple[str, str, int]] = field(default_factory=list)
     hands_out: list[str] = field(default_factory=list)
+    # (how, container, element, others, line, column): containers keeping tensors with an event, the drops of
+    # their elements and the waits on those events (extract_keeps.py, kept_with_events.py).
+    kept_events: list[tuple[str, str, str, str, int, int]] = field(default_factory=list)
 
     _parts = {
         "calls": Call, "accesses": Access, "syncs": Sync, "regions": Region, "uses": Use, "placements": Placement,
@@ -259,6 +262,7 @@ class FunctionFacts:
         kwargs["returned"] = list(data.get("returned", ()))
         kwargs["keeps"] = [tuple(t) for t in data.get("keeps", ())]
         kwargs["hands_out"] = list(data.get("hands_out", ()))
+        kwargs["kept_events"] = [tuple(t) for t in data.get("kept_events", ())]
         for key, kind in cls._parts.items():
             kwargs[key] = [_build(kind, item) for item in data.get(key, ())]
         return cls(**kwargs)

@@ -13,7 +13,10 @@ from .fresh_block_on_side_stream import allocation_before
 from .hazard_flow import host_blocked_between, stream_ordered_between, uses_after
 from .program import CURRENT_STREAM, Function, Program
 from .rule import called_on_one_side_stream, location
+from .streams import display
+from .summaries import call_lifetimes
 
+CALLEE_REGION = -2  # the region index of a use by a callee on its own side stream (no region of this function)
 DATA_USES = frozenset({"read", "write", "host", "stream"})
 FREES = {"del": "`del`", "del[]": "`del` of its container item", ".data=": "`.data = ...`", "resize_": "`resize_`",
          "storage().resize_": "`storage().resize_`", "untyped_storage().resize_": "`untyped_storage().resize_`"}
@@ -40,17 +43,41 @@ def releases_after_side_use(program: Program, rule_id: str) -> Iterable[Finding]
                 finding = _release(program, rule_id, function, index, region, path, first_use, context)
                 if finding is not None:
                     yield finding
+        yield from _released_after_callee_use(program, rule_id, function)
+
+
+def _released_after_callee_use(program: Program, rule_id: str, function: Function) -> Iterable[Finding]:
+    """The same for a tensor the function hands to a helper that uses it on a side stream in a region of its own
+    (DeepSpeed's `move_key(state, key)` copies `state[key]` out on the copy stream) and then releases itself
+    (`del state[key]`): the helper's `record_stream` of its parameter (summaries.parameter_lifetimes) is the
+    record, a wait in the function between the call and the release the ordering."""
+    seen: set[str] = set()
+    for call, how, path, stream in call_lifetimes(program, function):
+        if how != "side" or path in seen or path.startswith("self."):
+            continue
+        seen.add(path)
+        region = Region(display(stream), call.line, call.column, call.line)
+        first_use = Use(path, "read", call.line, call.column, call.region)
+        context = location(function, call.line, call.column, ROLE_STREAM_CONTEXT,
+                           f"`{call.callee}` uses it on `{display(stream)}`")
+        finding = _release(program, rule_id, function, CALLEE_REGION, region, path, first_use, context, stream)
+        if finding is not None:
+            yield finding
 
 
 def _release(program: Program, rule_id: str, function: Function, index: int, region: Region, path: str,
-             first_use: Use, context) -> Finding | None:
+             first_use: Use, context, stream_id: str = "") -> Finding | None:
+    """`stream_id`: the side stream's id when `region` stands for a callee's (CALLEE_REGION)."""
     facts = function.facts
     bound_inside = any(  # allocated on the side stream itself
         u.path == path and u.region == index and u.how == "rebind" and u.arg != "None" and u.line < first_use.line
         for u in facts.uses)
-    if bound_inside or any(u.path == path and u.how == "record_stream" for u in facts.uses):
-        return None
-    if path.startswith("self.") and _bound_on_stream(program, function, path, program.stream_id(function, region)):
+    if bound_inside or any(u.path == path and u.how == "record_stream" for u in facts.uses) or any(
+            how == "record" and recorded == path for _, how, recorded, _ in call_lifetimes(program, function)):
+        return None  # recorded here, or by a helper it is passed to
+    if path.startswith("self.") and _bound_on_stream(program, function, path,
+                                                     stream_id or program.stream_id(function, region),
+                                                     first_use.line):
         return None
     local = "." not in path
     fresh = [p for p in facts.placements if p.path == path and p.line < region.line]
@@ -69,7 +96,8 @@ def _release(program: Program, rule_id: str, function: Function, index: int, reg
         if use.how == "free" and (allocated_here or not local or use.arg != "del"):
             release = use
             break
-        if use.how == "rebind" and (allocated_here or (not local and use.arg == "None")):
+        if use.how == "rebind" and (allocated_here or (not local and use.arg == "None")
+                                    or (not local and _replaced_by_helper(program, function, use, path))):
             release = use  # `t = ...` dropping the local's only reference, `param.grad = None`
             break
         if use.how in ("rebind", "free"):
@@ -106,11 +134,34 @@ def _release(program: Program, rule_id: str, function: Function, index: int, reg
     )
 
 
-def _bound_on_stream(program: Program, function: Function, path: str, stream: str) -> bool:
+def _replaced_by_helper(program: Program, function: Function, rebind: Use, path: str) -> bool:
+    """`self.splits = move_to_cpu(self.splits)`: the attribute rebound to what a scanned helper makes of it, a new
+    tensor (Megatron's `maybe_move_tensor_to_cpu`): the old one loses the attribute's reference."""
+    start = rebind.start_line or rebind.line
+    for call, edges in program.exact_edges_of(function.id):
+        if start <= call.line <= rebind.line and path in call.args:
+            if any(_returns_new_tensor(program.functions[edge.callee]) for edge in edges):
+                return True
+    return False
+
+
+def _returns_new_tensor(callee: Function) -> bool:
+    """Some `return x` of the callee returns a tensor it made (`x = t.to("cpu")`, or `x = y` of such a y)."""
+    facts = callee.facts
+    fresh = {p.path for p in facts.placements if p.fresh}
+    copied = {u.arg for u in facts.uses if u.how == "escape" and u.path in fresh and u.arg}
+    return any(u.how == "escape" and u.arg == RETURNED and "." not in u.path and u.path in fresh | copied
+               for u in facts.uses)
+
+
+def _bound_on_stream(program: Program, function: Function, path: str, stream: str, used: int) -> bool:
     """Whether some method of the class assigns `path` a new tensor inside a region of `stream`: then it is
-    allocated on that stream and its release there is ordered by the stream itself."""
+    allocated on that stream and its release there is ordered by the stream itself. (Not a binding of this
+    function after the use at line `used`: that one is the release, `self.x = move(self.x)`.)"""
     for other in program.functions_of_class(function):
         for use in other.facts.uses:
+            if other is function and use.line >= used:
+                continue
             if use.path == path and use.how == "rebind" and use.arg != "None" and use.region >= 0 \
                     and program.stream_id(other, other.facts.regions[use.region]) == stream:
                 return True

@@ -7,6 +7,7 @@ from typing import Iterable
 from streamcheck.findings import Finding
 
 from .free_after_handoff import frees_after_handoff
+from .kept_with_events import drops_without_event_waits
 from .noop_record_stream import noop_record_streams
 from .program import Program
 from .release_after_side_use import releases_after_side_use
@@ -20,9 +21,10 @@ class FreeAfterSideStreamUse(Rule):
         stream), used inside it, and then released by the same function (inside the region after the use, or
         after it): `del x`, rebinding the local that held the only reference or the attribute that held it
         (`param.grad = None`), `x.data = <new tensor>` (not a swap to another tensor it holds),
-        `x.resize_(...)`, `x.storage().resize_(0)`, `del container[key]`, or the end of the function for a
-        local it allocated and
-        never handed out. A local it allocated (or got from a scanned helper that allocates it) and then stores
+        `x.resize_(...)`, `x.storage().resize_(0)`, `del container[key]`, an attribute rebound to what a scanned
+        helper makes of it (`self.splits = to_cpu(self.splits)`, when the helper returns a new tensor), or the end
+        of the function for a local it allocated and never handed out. A `record_stream` by a scanned helper the
+        tensor is passed to counts as the function's own (summaries.parameter_lifetimes). A local it allocated (or got from a scanned helper that allocates it) and then stores
         for later code (`state[key] = buf`, `dest.data = buf`, `obj.f = buf`) counts as released there, unless
         the current stream waits for the side stream before the function ends: whoever frees it later does not
         know a side stream used the block. It is reported when the function
@@ -36,6 +38,15 @@ class FreeAfterSideStreamUse(Rule):
         `record_stream(current_stream())` in the function, when the side stream never waits for the current
         stream anywhere in the program; also for a tensor taken out of a container (`data = ctx.batches.pop(k)`)
         that other code fills only inside regions of one side stream.
+
+        A helper that uses a tensor its caller passes on a side stream of its own (`move_key(state, key)`
+        copies `state[key]` out on the copy stream) needs a record (its own, or the caller's) before the caller
+        frees it (`del state[key]`) unless the caller waits for that stream between the call and the free.
+
+        And a keepalive (kept_with_events.py): a container that keeps tensors together with an event recorded on
+        a side stream (`states.append(State(buf, event))`, FSDP2's reduce-scatter states) must wait an element's
+        event before dropping it (`states.pop(0)` then `del`, `states.clear()`, `del stash[k]`): the reference
+        was what kept the block from being handed out again.
 
         And the wrong record (noop_record_stream.py): `t.record_stream(torch.cuda.current_stream())` right after
         `t` was allocated inside the region (or in a helper only called from one), where the current stream is
@@ -62,6 +73,31 @@ class FreeAfterSideStreamUse(Rule):
     summary = "tensor used on a side stream is freed without record_stream or a wait"
 
     VALID = [
+        # A keepalive list of (block, event): the keeper waits each element's event before dropping it (FSDP2).
+        """
+import torch
+
+
+def reduce_grads(grads, rs_stream):
+    flat = torch.cat(grads)
+    rs_stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(rs_stream):
+        out = flat.sum()
+    event = rs_stream.record_event()
+    return flat, event, out
+
+
+class Group:
+    def post_backward(self, grads):
+        flat, event, out = reduce_grads(grads, self.rs_stream)
+        self.states.append((flat, event))
+        return out
+
+    def finalize(self):
+        for state in self.states:
+            torch.cuda.current_stream().wait_event(state[1])
+        self.states.clear()
+""",
         # Stored together with an event recorded on the side stream after its use (TRL 1.14's forward stash): the
         # keeper waits the event before it lets the block go.
         """
@@ -313,6 +349,70 @@ def prefetch(context, modules, dist_stream, forward_stream):
     ]
 
     INVALID = [
+        # ... the keeper dropping the blocks without waiting their events.
+        """
+import torch
+
+
+def reduce_grads(grads, rs_stream):
+    flat = torch.cat(grads)
+    rs_stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(rs_stream):
+        out = flat.sum()
+    event = rs_stream.record_event()
+    return flat, event, out
+
+
+class Group:
+    def post_backward(self, grads):
+        flat, event, out = reduce_grads(grads, self.rs_stream)
+        self.states.append((flat, event))
+        return out
+
+    def finalize(self):
+        self.states.clear()  # expect: SC104
+""",
+        # An attribute replaced, inside the D2H region, by the host copy a helper makes of it (Megatron's MoE
+        # dispatcher without `record_stream=True`).
+        """
+import torch
+
+
+def move_to_cpu(tensor):
+    if tensor.is_cuda:
+        cpu_tensor = tensor.to("cpu", non_blocking=True)
+        tensor = cpu_tensor
+    return tensor
+
+
+class Dispatcher:
+    def dtoh(self):
+        self.dtoh_stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self.dtoh_stream):
+            self.splits = move_to_cpu(  # expect: SC104
+                self.splits
+            )
+        self.d2h_event = self.dtoh_stream.record_event()
+""",
+        # A helper copies the item out on its own copy stream and records nothing; the caller frees it.
+        """
+import torch
+
+copy_stream = torch.cuda.Stream()
+done = torch.cuda.Event()
+
+
+def move_key(state, key):
+    with torch.cuda.stream(copy_stream):
+        state["cpu_" + key].copy_(state[key], non_blocking=True)
+    done.record(copy_stream)
+
+
+def offload(state):
+    copy_stream.wait_stream(torch.cuda.current_stream())
+    move_key(state, "exp_avg")
+    del state["exp_avg"]  # expect: SC104
+""",
         # ... the same without the record: whoever frees `state[key]` later returns the block to the current
         # stream's pool while the copy may still write it.
         """
@@ -547,3 +647,4 @@ def prefetch(context, modules, dist_stream, forward_stream):
         yield from releases_after_side_use(program, self.id)
         yield from frees_after_handoff(program, self.id)
         yield from noop_record_streams(program, self.id)
+        yield from drops_without_event_waits(program, self.id)

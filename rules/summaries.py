@@ -6,6 +6,9 @@ Two summaries, each computed once per function, bottom-up, without recursion (ca
   call site they are translated into the caller's frame (`call_orderings`). Orderings under a condition in the
   callee, and incidental host reads (`.item()`, `.tolist()` in a helper), are left out: a caller cannot count
   on them.
+- **parameter lifetimes**: the tensors its parameters hold that it uses on a side stream (inside a region of a
+  stream other than its current one) and the streams it records them for (`record_stream`), its callees' included,
+  streams in its own frame (`parameter_lifetimes`): a caller that frees what it passed needs that record.
 - **parameter accesses**: what the function reads and writes through its parameters (`def fill(buf): buf.zero_()`)
   and, at a call site, the same accesses on the caller's argument paths (`bound_accesses`): a tensor handed to a
   helper is read or written where the helper does it, and only if it does. Values that travel through calls
@@ -109,6 +112,65 @@ def _call_pairs(program: "Program", function: "Function", call: Call, edge: "Edg
     callee = program.functions[edge.callee]
     return {(translate(program, function, call, callee, w), translate(program, function, call, callee, t))
             for w, t in callee_value if not (guarded and t == ANY_STREAM)}
+
+
+SIDE_USES = frozenset({"read", "write", "host", "stream"})
+Lifetime = tuple[str, str, str]  # ("side" | "record", parameter, stream id in the function's frame)
+
+
+def parameter_lifetimes(program: "Program", fid: str) -> frozenset[Lifetime]:
+    """("side", p, s): the function (or an exact callee) uses what its parameter `p` holds on stream s, a stream
+    other than its current one; ("record", p, s): it calls `p.record_stream(s)` (or `p[k].record_stream(s)`)."""
+    table = program.memo("summaries.lifetimes", lambda: {})
+    if fid not in table:
+        _bottom_up(program, fid, table, _own_lifetimes, _call_lifetimes, program.exact_edges_of)
+    return table[fid]
+
+
+def _own_lifetimes(program: "Program", function: "Function") -> set[Lifetime]:
+    from .orderings import named_stream
+
+    params = set(function.facts.params) - {"self", "cls"}
+    found: set[Lifetime] = set()
+    for use in function.facts.uses:
+        root = use.path.split(".", 1)[0]
+        if root not in params or "." in use.path:
+            continue  # the parameter itself: `state[key]` is a `state` use; `p.grad` may be another tensor's
+        here = site_stream(program, function, use.region)
+        if use.how in SIDE_USES and use.region >= 0 and here not in (CURRENT_STREAM, UNKNOWN):
+            found.add(("side", root, here))
+        elif use.how == "record_stream" and use.arg:
+            found.add(("record", root, named_stream(program, function, use.arg, here)))
+    return found
+
+
+def _call_lifetimes(program: "Program", function: "Function", call: Call, edge: "Edge", callee_value) -> set:
+    callee = program.functions[edge.callee]
+    params = set(function.facts.params) - {"self", "cls"}
+    found = set()
+    for how, param, stream in callee_value:
+        arg = argument_for(callee, call, param)
+        if arg is not None and split_index(arg)[0] in params:
+            found.add((how, split_index(arg)[0], translate(program, function, call, callee, stream)))
+    return found
+
+
+def call_lifetimes(program: "Program", function: "Function") -> list[tuple[Call, str, str, str]]:
+    """(call, how, argument path, stream in `function`'s frame) for what each exact call does to the lifetime of
+    a tensor `function` passes it (see parameter_lifetimes)."""
+    def build() -> list[tuple[Call, str, str, str]]:
+        found = []
+        for call, edges in program.exact_edges_of(function.id):
+            for edge in edges:
+                callee = program.functions[edge.callee]
+                for how, param, stream in sorted(parameter_lifetimes(program, edge.callee)):
+                    arg = argument_for(callee, call, param)
+                    if arg:
+                        found.append((call, how, split_index(arg)[0], translate(program, function, call, callee,
+                                                                                 stream)))
+        return found
+
+    return program.memo(("summaries.call_lifetimes", function.id), build)
 
 
 def parameter_accesses(program: "Program", fid: str) -> frozenset[Access]:

@@ -1,0 +1,154 @@
+"""Containers that keep tensors with an event (FunctionFacts.kept_events), read off one function's body.
+
+A keepalive list such as FSDP2's `reduce_scatter_states.append(ReduceScatterState(reduce_scatter_input, event))`
+holds a block another stream still uses until the event it is stored with completes; whoever drops the element
+(`states.pop(0)` then `del oldest`, `states.clear()`, `del stash[k]`) must first wait that event. The facts, as
+(how, container path, element, others, line, column):
+- ("pair", C, ev, "t", ...)  `C.append((t, ev))`, `C.append(State(t, ev))`, `C[k] = (t, ev)`: one element's name says
+  event (the element holds its text), another's does not (`others`: their paths, joined by commas);
+- ("drop", C, x, "", ...)  `C.clear()`, `x = C.pop(...)` / `C.popleft()` (x: the names bound, joined by
+  commas; "" when the element is not bound), `del C[k]`;
+  for a bound element the release is `del x` or the end of the function (the line and column are the pop's);
+- ("wait", C, "", "", ...)  a wait, synchronize or query of an element's event (`wait_event(oldest.event)`,
+  `st.event.synchronize()` over `for st in C`, `C[0].event.query()`).
+A local alias of the container (`states = self.comm_ctx.reduce_scatter_states`) is read as the container.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from .extract_paths import dotted
+
+KEEP = tuple[str, str, str, str, int, int]
+_POPS = frozenset({"pop", "popleft", "popitem"})
+_WAITS = frozenset({"wait_event", "wait", "synchronize", "query", "wait_stream"})
+
+
+def kept_facts(node: ast.FunctionDef | ast.AsyncFunctionDef) -> list[KEEP]:
+    statements = list(_own_nodes(node))
+    aliases: dict[str, str] = {}  # local -> the container path it names
+    elements: dict[str, str] = {}  # local -> the container its value was taken from
+    for stmt in statements:
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+            name, value = stmt.targets[0].id, stmt.value
+            if isinstance(value, ast.Attribute) and dotted(value):
+                aliases[name] = dotted(value)
+        if isinstance(stmt, (ast.For, ast.AsyncFor)):
+            iterated = stmt.iter.elts if isinstance(stmt.iter, ast.Tuple) else [stmt.iter]  # `(*a, *b)`
+            for part in iterated:
+                container = _path(part.value if isinstance(part, ast.Starred) else part, aliases)
+                for name in _names(stmt.target) if container else ():
+                    elements[name] = container
+    found: list[KEEP] = []
+    for stmt in statements:
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+            names = _names(stmt.targets[0])
+            taken = _popped(stmt.value, aliases) if isinstance(stmt.value, ast.Call) else ""
+            held = taken or (_path(stmt.value.value, aliases) if isinstance(stmt.value, ast.Subscript) else "")
+            for name in names if held else ():
+                elements[name] = held  # `oldest = C.pop(0)`, `tensor, event = C.pop(k)`, `event, ids = C[0]`
+            if taken:
+                found.append(("drop", taken, ",".join(names), "", stmt.lineno, stmt.col_offset + 1))
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Subscript):
+            container = _path(stmt.targets[0].value, aliases)
+            if container and _pairs_event(stmt.value):
+                found.append(("pair", container, *_event_text(stmt.value), stmt.lineno, stmt.col_offset + 1))
+        if isinstance(stmt, ast.Delete):
+            for target in stmt.targets:
+                if isinstance(target, ast.Subscript) and _path(target.value, aliases):
+                    found.append(("drop", _path(target.value, aliases), "", "", stmt.lineno, stmt.col_offset + 1))
+        if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+            call = stmt.value
+            func = call.func
+            if isinstance(func, ast.Attribute):
+                container = _path(func.value, aliases)
+                if func.attr in ("append", "appendleft") and container and len(call.args) == 1 \
+                        and _pairs_event(call.args[0]):
+                    found.append(("pair", container, *_event_text(call.args[0]), stmt.lineno, stmt.col_offset + 1))
+                elif (func.attr == "clear" or func.attr in _POPS) and container:
+                    found.append(("drop", container, "", "", stmt.lineno, stmt.col_offset + 1))
+    for expr in statements:
+        if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in _WAITS:
+            for text in [expr.func.value] + list(expr.args):
+                container = _element_of(text, aliases, elements)
+                if container:
+                    found.append(("wait", container, "", "", expr.lineno, expr.col_offset + 1))
+                    break
+    return sorted(set(found), key=lambda k: (k[4], k[5], k[0], k[1], k[2], k[3]))
+
+
+def _own_nodes(node: ast.AST):
+    """Every node of the function's body, in source order, not those of nested functions, lambdas or classes."""
+    stack = list(reversed(node.body))
+    while stack:
+        current = stack.pop()
+        yield current
+        children = [c for c in ast.iter_child_nodes(current)
+                    if not isinstance(c, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef))]
+        stack.extend(reversed(children))
+
+
+def _path(expr: ast.AST, aliases: dict[str, str]) -> str:
+    text = dotted(expr) if isinstance(expr, (ast.Name, ast.Attribute)) else ""
+    if not text:
+        return ""
+    head, dot, rest = text.partition(".")
+    return aliases.get(head, head) + dot + rest if head in aliases else text
+
+
+def _popped(call: ast.Call, aliases: dict[str, str]) -> str:
+    func = call.func
+    if isinstance(func, ast.Attribute) and func.attr in _POPS:
+        return _path(func.value, aliases)
+    return ""
+
+
+def _is_event(expr: ast.AST) -> bool:
+    text = dotted(expr) if isinstance(expr, (ast.Name, ast.Attribute)) else ""
+    if not text and isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute):
+        return expr.func.attr == "record_event"
+    last = text.rsplit(".", 1)[-1].lower()
+    return last.endswith("event") or last == "ev"  # not `event_token_ids`
+
+
+def _pairs_event(value: ast.AST) -> bool:
+    """A tuple, or a record's constructor call, of an event and something that is not one."""
+    if isinstance(value, ast.Tuple):
+        parts = list(value.elts)
+    elif isinstance(value, ast.Call) and isinstance(value.func, (ast.Name, ast.Attribute)):
+        parts = list(value.args) + [k.value for k in value.keywords]
+    else:
+        return False
+    named = [p for p in parts if isinstance(p, (ast.Name, ast.Attribute, ast.Call))]
+    events = [p for p in named if _is_event(p)]
+    return bool(events) and any(isinstance(p, (ast.Name, ast.Attribute)) and not _is_event(p) for p in named)
+
+
+def _event_text(value: ast.AST) -> tuple[str, str]:
+    """(the event's text, the other elements' paths joined by commas)."""
+    parts = list(value.elts) if isinstance(value, ast.Tuple) else list(value.args) + [k.value for k in value.keywords]
+    event = next(ast.unparse(p) for p in parts if _is_event(p))
+    others = [dotted(p) for p in parts if isinstance(p, (ast.Name, ast.Attribute)) and not _is_event(p)]
+    return event, ",".join(o for o in others if o)
+
+
+def _names(target: ast.AST) -> list[str]:
+    if isinstance(target, ast.Name):
+        return [target.id]
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [e.id for e in target.elts if isinstance(e, ast.Name) and e.id != "_"]
+    return []
+
+
+def _element_of(expr: ast.AST, aliases: dict[str, str], elements: dict[str, str]) -> str:
+    """The container whose element's event `expr` names (`oldest.event`, `st.event`, `C[0].event`), or ""."""
+    while isinstance(expr, (ast.Attribute, ast.Subscript)):
+        if isinstance(expr, ast.Subscript) and not (isinstance(expr.value, ast.Name) and expr.value.id in elements):
+            container = _path(expr.value, aliases)  # `C[0].event`; `state[1]` of an element is the element's
+            if container:
+                return container
+        expr = expr.value
+    if isinstance(expr, ast.Name):
+        return elements.get(expr.id, "")
+    return ""
