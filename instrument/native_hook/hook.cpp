@@ -414,6 +414,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     s.site_ids.clear();  // ids belong to the table they came from, and so does what counts as internal
     for (auto& entry : s.internal_code) Py_DECREF(reinterpret_cast<PyObject*>(entry.first));
     s.internal_code.clear();
+    ++s.site_generation;
   }, "Capture sites in C++ into a sites.SiteTable: its _classify and intern_chain, and its depth (None: in Python)");
   m.def("sites_in_cpp", []() { return kSitesInCpp; });
   m.def("fast_frames_built", []() {

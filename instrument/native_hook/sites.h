@@ -22,14 +22,32 @@ namespace streamcheck_native {
 #if PY_VERSION_HEX >= 0x030B0000
 constexpr bool kSitesInCpp = true;
 
+// In front of `internal_code`, a small direct-mapped table that stays in cache: every op asks for each frame it
+// skips, and a probe into the whole table missed the caches on a training step. Safe by pointer: each code object
+// here is one internal_code holds a reference to; set_site_table clears that table and bumps the generation.
+struct InternalSlot {
+  PyCodeObject* code;
+  uint64_t generation;
+  bool internal;
+};
+inline InternalSlot* const the_internal_slots = new InternalSlot[512]();  // GIL held for all its uses
+
 inline bool is_internal(PyCodeObject* code) {
   State& s = state();
+  InternalSlot& slot = the_internal_slots[(reinterpret_cast<uintptr_t>(code) >> 4) & 511];
+  if (slot.code == code && slot.generation == s.site_generation) return slot.internal;
+  bool internal;
   auto found = s.internal_code.find(code);
-  if (found != s.internal_code.end()) return found->second;
-  py::object answer = py::reinterpret_borrow<py::object>(s.classify_code)(py::handle(reinterpret_cast<PyObject*>(code)));
-  bool internal = answer.cast<bool>();
-  Py_INCREF(code);  // the pointer is the key: the object must not die and be replaced by another at that address
-  s.internal_code.emplace(code, internal);
+  if (found != s.internal_code.end()) {
+    internal = found->second;
+  } else {
+    py::object answer =
+        py::reinterpret_borrow<py::object>(s.classify_code)(py::handle(reinterpret_cast<PyObject*>(code)));
+    internal = answer.cast<bool>();
+    Py_INCREF(code);  // the pointer is the key: the object must not die and be replaced by another at that address
+    s.internal_code.emplace(code, internal);
+  }
+  slot = {code, s.site_generation, internal};
   return internal;
 }
 

@@ -77,6 +77,7 @@ struct State {
   // Flat tables (no node per entry; one probe): every op with an access asks them once per frame it walks
   ska::flat_hash_map<PyCodeObject*, bool> internal_code;  // each code object held by a reference
   ska::flat_hash_map<std::string, int64_t, SiteKeyHash> site_ids;
+  uint64_t site_generation = 1;  // bumped with each new site table (sites.h: the cache in front of internal_code)
   c10::DeleterFnPtr cpu_deleter = nullptr;
   c10::DeleterFnPtr pinned_deleter = nullptr;
   std::atomic<bool> active{false};
