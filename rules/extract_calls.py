@@ -81,6 +81,8 @@ class CallsAndAccesses(ast.NodeVisitor):
             # `events.append(event)`: kept only if `event` turns out to be recorded here (_drop_unrecorded_stores)
             self.fn.syncs.append(Sync("store", receiver, line, col, node.args[0].id, self.region, self.blocks[-1],
                                       method))
+            if receiver.startswith("self.") and receiver.count(".") == 1:  # kept for call_values.py
+                self.fn.keeps.append((node.args[0].id, receiver, line))
         host_only = callee in HOST_ONLY_FUNCTIONS or (method in HOST_ONLY_METHODS and not on_module)
         if host_only or sync_kind:
             return

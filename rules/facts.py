@@ -223,7 +223,8 @@ class FunctionFacts:
     # What travels through calls (call_values.py), detailed files only: (local, line, column) of a local bound to
     # the result of the call at (line, column); the locals `return` hands back (`return state`, `return a, b`);
     # (name, container path, line) for a local or parameter kept in a container of `self` (`self._tensors[tag] =
-    # tensor`); the containers of `self` an element is returned out of (`return self._tensors.pop(k)`).
+    # tensor`, `self._queue.append(x)`); the containers of `self` an element is returned out of
+    # (`return self._tensors.pop(k)`).
     call_results: list[tuple[str, int, int]] = field(default_factory=list)
     returned: list[str] = field(default_factory=list)
     keeps: list[tuple[str, str, int]] = field(default_factory=list)

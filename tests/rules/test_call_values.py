@@ -96,3 +96,11 @@ def test_a_result_kept_in_the_callers_own_container():
         "tensor = group.pop_tensor(tag)", "tensor = self.saved.pop(tag)")
     assert [f[:4] for f in _found(source)] == [
         ("SC101", "RAW", line_of(source, "state = self.offload(x)"), "self.saved")]
+
+
+def test_a_parameter_kept_in_a_list_and_popped_back():
+    source = OFFLOAD.format(wait="pass").replace("self._tensors = {}", "self._tensors = []").replace(
+        "self._tensors[tag] = tensor", "self._tensors.append(tensor)").replace(
+        "return self._tensors.pop(tag)", "return self._tensors.pop(0)")
+    assert [f[:4] for f in _found(source)] == [
+        ("SC101", "RAW", line_of(source, "state = self.offload(x)"), "group._tensors")]
