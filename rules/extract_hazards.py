@@ -21,6 +21,7 @@ from .facts import NO_REGION, RETURNED, AsyncCopy, AsyncWork, FileFacts, Functio
 from .extract import elements
 from .extract_handles import (BATCH_P2P, P2P_LAUNCHES, P2P_OP, P2P_SEND, loop_bindings, loop_sources, p2p_op_list,
                               p2p_ops_in_display, p2p_ops_in_list, p2p_sends, p2p_tensor, work_aliases)
+from .extract_names import ESCAPING_METHODS
 from .extract_handle_objects import synthesize_handle_objects
 from .extract_pairs import PairFacts, positions, synthesize, taken_from
 from .options import matches_name
@@ -34,8 +35,6 @@ METADATA_FUNCTIONS = frozenset({
     "isinstance", "issubclass", "len", "id", "type", "hasattr", "getattr", "setattr", "delattr", "callable", "hash",
     "is_tensor", "is_storage", "numel",
 })
-# Container methods that store their argument: the tensor escapes into the container.
-STORING_METHODS = frozenset({"append", "extend", "insert", "add", "appendleft", "put", "put_nowait", "setdefault"})
 # Calls that fill their argument from a file or another buffer on the host (loaders, NVMe readers).
 FILLER_NAMES = frozenset({"readinto", "read_into", "copyto", "async_pread", "sync_pread", "pread", "read_tensor"})
 # Reads on the host whatever the tensor is (on a CUDA tensor they also block the host: a sync).
@@ -336,7 +335,7 @@ class HazardCollector:
                 for iterated in self.loop_vars.get(id(self.fn), {}).get(path, ()):
                     self._use(iterated, "wait", node)
             return
-        if method in STORING_METHODS:
+        if method in ESCAPING_METHODS:
             for arg in node.args:  # `handles.append(dist.all_reduce(..., async_op=True))`, `.extend(... for p in ps)`
                 for made in _bound_values(arg) if path else ():
                     if isinstance(made, ast.Call):

@@ -65,7 +65,10 @@ HOST_ONLY_METHODS = frozenset({
 })
 
 BLOCKING_HOST_METHODS = frozenset({"item", "tolist", "cpu", "numpy"})
+# Container methods that store one argument in the receiver (`events.append(event)`, `queue.put(batch)`); with
+# `extend` and `setdefault` too, the ones a tensor escapes through into a container (extract_hazards.py).
 STORING_METHODS = frozenset({"append", "appendleft", "put", "put_nowait", "add", "insert"})
+ESCAPING_METHODS = STORING_METHODS | {"extend", "setdefault"}
 
 # Name parts that say a value is no tensor (a process group, a rank, a stream, a dtype, a device, a count).
 NOT_TENSOR_WORDS = ("group", "rank", "world", "stream", "dtype", "device", "factor", "size", "numel", "count")
