@@ -249,6 +249,8 @@ class Bindings(ast.NodeVisitor):
         last = callee.rsplit(".", 1)[-1]
         if isinstance(value.func, ast.Attribute) and value.func.value is not None and not self._is_torch_function(
                 callee):
+            if last == "to" and _converts_dtype_only(value):
+                return True  # `x.to(torch.uint8)`: a conversion kernel where x lives, no copy the host waits for
             if last in COPYING_METHODS:  # a blocking copy orders the host with it; only an async one is left behind
                 return any(k.arg == "non_blocking" and isinstance(k.value, ast.Constant) and k.value.value is True
                            for k in value.keywords)
@@ -308,3 +310,19 @@ def _taken_out_of(value: ast.AST) -> str | None:
             and value.func.attr in ("pop", "get", "popleft"):
         return access_path(value.func.value)
     return access_path(value.value) if isinstance(value, ast.Subscript) else None
+
+
+TORCH_DTYPES = frozenset({
+    "float", "float16", "float32", "float64", "half", "bfloat16", "double", "uint8", "int8", "int16", "int32",
+    "int64", "int", "long", "short", "bool", "complex64", "complex128", "float8_e4m3fn", "float8_e5m2",
+})
+
+
+def _converts_dtype_only(call: ast.Call) -> bool:
+    """`x.to(torch.uint8)`, `x.to(dtype=torch.bfloat16)`: a dtype and nothing that names a device."""
+    if any(k.arg not in ("dtype", "non_blocking", "copy", "memory_format") for k in call.keywords) \
+            or len(call.args) > 1:
+        return False
+    given = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "dtype"), None)
+    return isinstance(given, ast.Attribute) and isinstance(given.value, ast.Name) and given.value.id == "torch" \
+        and given.attr in TORCH_DTYPES

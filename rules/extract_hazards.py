@@ -23,7 +23,7 @@ from .extract_handles import (BATCH_P2P, P2P_LAUNCHES, P2P_OP, P2P_SEND, loop_bi
                               p2p_ops_in_display, p2p_ops_in_list, p2p_sends, p2p_tensor, work_aliases)
 from .extract_names import ESCAPING_METHODS
 from .extract_handle_objects import synthesize_handle_objects
-from .extract_pairs import PairFacts, positions, synthesize, taken_from
+from .extract_pairs import EVENT_RECORD, EVENT_WAIT, PairFacts, positions, synthesize, taken_from
 from .options import matches_name
 from .travelling_handles import held_through, travelling_fields
 
@@ -221,6 +221,24 @@ class HazardCollector:
             op, self.bound_to.get(id(node), ""), tensors, node.lineno, node.col_offset + 1,
             node.end_lineno or node.lineno, self.v.blocks[-1], self.v.region))
 
+    def _recorded(self, node: ast.Call, event: str | None) -> None:
+        """An event recorded inside `with stream(s):` after the region's work on some tensors stands for that work,
+        as a handle does for its collective: kept aside (like `_maybe_async`) for a tuple that hands the event on
+        with one of those tensors (`return AllGatherResult(out, event, work)`), whose taker must wait the event
+        before touching the tensor (extract_pairs.py)."""
+        if not event or event.startswith("("):
+            return
+        # Of the region's paths, those the function made or wrote before (a tensor, not a bucket id or a size).
+        made = {u.path for u in self.fn.uses if u.how == "write"} | {
+            a.path for a in self.fn.accesses if a.kind == "write"} | {p.path for p in self.fn.placements if p.fresh}
+        tensors = tuple(dict.fromkeys(u.path for u in self.fn.uses if u.region == self.v.region
+                                      and u.how in ("read", "write", "stream") and u.path != event
+                                      and u.path in made))
+        if tensors:
+            self.pairs.maybe.setdefault(id(self.fn), []).append(AsyncWork(
+                EVENT_RECORD, event, tensors, node.lineno, node.col_offset + 1, node.end_lineno or node.lineno,
+                self.v.blocks[-1], self.v.region))
+
     def _async_flag(self, flag: ast.AST | None, node: ast.Call) -> bool:
         """`async_op=True`, or `async_op=async_op` where this function's parameter defaults to True."""
         if is_true(flag):
@@ -311,7 +329,15 @@ class HazardCollector:
             self._use(path, "rebind", node, "set_", at_end=True)
             self.fn.placements.append(Placement(path, "", node.lineno, False, self.v.region))
             return
-        if method in self.metadata_methods or method in self.view_methods or method == "synchronize":
+        if method in ("synchronize", "wait_event"):
+            # `ev.synchronize()`, `s.wait_event(ev)`: a wait of an event that may have come with its buffers
+            # (extract_pairs.py); arg EVENT_WAIT: no wait of a collective's handle (SC105's waiting callees)
+            waited = self._mark(receiver) if method == "synchronize" else (
+                self._mark(node.args[0]) if node.args else None)
+            if waited:
+                self._use(waited, "wait", node, EVENT_WAIT)
+            return
+        if method in self.metadata_methods or method in self.view_methods:
             self._mark(receiver)
             return
         path = self._mark(receiver) or self._unbound_copy(receiver)  # `x.to("cpu", non_blocking=True).tolist()`
@@ -321,6 +347,8 @@ class HazardCollector:
             path = self.bound_to.get(id(node)) if method != "wait" else None
             path = path or f"({method}@{node.lineno}:{node.col_offset + 1})"
             self.bound_to[id(receiver)] = path
+        if method in ("record", "record_event") and self.v.region != NO_REGION:
+            self._recorded(node, path if method == "record" else self.bound_to.get(id(node), ""))
         if method == "record_stream":
             stream = ast.unparse(node.args[0]) if node.args else ""
             for each in (path, *self.loop_vars.get(id(self.fn), {}).get(path, ())) if path else ():

@@ -30,6 +30,10 @@ from typing import Callable
 
 from .facts import AsyncWork, FunctionFacts
 
+# The op of an event recorded on a stream after its work on a tensor (extract_hazards.py `_recorded`): a handle for
+# that work when the two are handed on together; and the arg of a Use that waits an event (`s.wait_event(ev)`).
+EVENT_RECORD = "record_event"
+EVENT_WAIT = "event"
 # Container methods that hand back one stored element.
 TAKING_METHODS = frozenset({"pop", "popleft", "get", "popitem"})
 

@@ -19,7 +19,7 @@ from typing import Iterable
 
 from streamcheck.findings import ROLE_READ, ROLE_STREAM_CONTEXT, ROLE_WRITE, Finding
 
-from .facts import NO_REGION, Access
+from .facts import NO_REGION, Access, exclusive
 from .orderings import orderings_of, waits_for
 from .program import CURRENT_STREAM, Function, Program
 from .aliasing import access_keys
@@ -47,7 +47,8 @@ def frees_after_handoff(program: Program, rule_id: str) -> Iterable[Finding]:
             # missing edge is the read's (SC101), the lifetime comes second.
             if use is None or not _current_waits_between(program, function, stream, region.end_line, use.line):
                 continue
-            if not _waits_for_current_later(program, function, stream, use.line):
+            if not _waits_for_current_later(program, function, stream, use.line) \
+                    and not _host_waits_before_release(program, function, made.path, use.line):
                 reported.add((use.line, use.column))
                 yield _finding(rule_id, function, made, region, use, local=_taken_as(function, made.path, use.line))
         for finding in _taken_from_containers(program, function, recorded, rule_id):
@@ -209,6 +210,20 @@ def _waits_for_current_later(program: Program, function: Function, stream: str, 
                            if o.waiter == stream and waits_for(program, o, CURRENT_STREAM)]
     shared = "@" in stream  # a `self.` stream is the same one in the class's other methods; a local name is not
     return any((fid != function.id and shared) or (fid == function.id and at > line) for fid, at in waiting[stream])
+
+
+def _host_waits_before_release(program: Program, function: Function, path: str, line: int) -> bool:
+    """Whether the host waits for the current stream after the last read of `path` from `line` on and before the
+    tensor is released (freed, bound again, or dropped when the function ends): `overflow_gpu[0].item()` after the
+    all-reduce (DeepSpeed ZeRO-3's `has_overflow`). The current stream's reads are then done before the host can
+    free the block and launch the side stream's next allocation."""
+    facts = function.facts
+    release = min((u.line for u in facts.uses if u.path == path and u.how in ("free", "rebind") and u.line > line
+                   and not exclusive(facts, line, u.line)), default=facts.end_line + 1)
+    last = max((a.line for a in facts.accesses if a.kind == "read" and a.path == path and a.region == NO_REGION
+                and line <= a.line < release), default=line)
+    return any(last <= o.line < release and o.waiter == HOST and waits_for(program, o, CURRENT_STREAM)
+               for o in orderings_of(program, function))
 
 
 def _finding(rule_id: str, function: Function, made: Access, region, use: Access, local: str = "",

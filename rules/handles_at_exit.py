@@ -19,6 +19,7 @@ from typing import Iterator
 from streamcheck.findings import ROLE_READ, ROLE_WRITE, Finding
 
 from .extract_handles import BATCH_P2P, P2P_SEND
+from .extract_pairs import EVENT_RECORD
 from .facts import AsyncWork
 from .program import Function, Program
 from .races import exits_before
@@ -40,6 +41,8 @@ def left_in_flight(program: Program, waited_by_call) -> Iterator[LeftInFlight]:
         facts = function.facts
         end = facts.end_line
         for work in facts.async_works:
+            if work.op == EVENT_RECORD:
+                continue  # an event taken with its tensor: only a touch before its wait is reported (SC105)
             if not work.handle or "." in work.handle or work.handle.startswith("(") and not _looped(work.handle):
                 continue  # dropped (or not seen where it went), or stored on an object: it travels
             tensor = _visible(function, work)

@@ -36,7 +36,8 @@ class FreeAfterSideStreamUse(Rule):
         output, what an awaitable's `wait()` hands back there), handed over after it (the current stream waits for
         the side stream) and read on the current stream (by a device op, or by code it is passed to), with no
         `record_stream(current_stream())` in the function, when the side stream never waits for the current
-        stream anywhere in the program; also for a tensor taken out of a container (`data = ctx.batches.pop(k)`)
+        stream anywhere in the program and the host does not wait for the current stream after the last read
+        and before the release (`.item()` there: the reads are done when the block can go back); also for a tensor taken out of a container (`data = ctx.batches.pop(k)`)
         that other code fills only inside regions of one side stream.
 
         A helper that uses a tensor its caller passes on a side stream of its own (`move_key(state, key)`
@@ -345,6 +346,19 @@ def prefetch(context, modules, dist_stream, forward_stream):
         data.record_stream(torch.cuda.current_stream())
         data.record_stream(forward_stream)
         module.prefetch(data, forward_stream=forward_stream)
+""",
+        # Made on the side stream, all-reduced on the current one, then read by the host before it is dropped
+        # (DeepSpeed ZeRO-3's `has_overflow`): the host waited for the current stream's reads.
+        """
+import torch
+import torch.distributed as dist
+
+def has_overflow(tracker, side, group):
+    with torch.cuda.stream(side):
+        overflow = tracker.clone().to(torch.uint8)
+    torch.cuda.current_stream().wait_stream(side)
+    dist.all_reduce(overflow, group=group)
+    return overflow.item() > 0
 """,
     ]
 

@@ -13,6 +13,7 @@ from .program import Function, Program
 from .races import exits_before
 from .rule import Rule, location
 from .extract_handles import BATCH_P2P, P2P_LAUNCHES, P2P_SEND
+from .extract_pairs import EVENT_RECORD, EVENT_WAIT
 from .handles_at_exit import finding as left_in_flight_finding, left_in_flight, single_handle, wait_text
 from .loop_carried_handles import carried_touch
 from .travelling_handles import MENTIONS, TravellingTouch, bound_local, travelling_touches
@@ -54,6 +55,10 @@ class UseBeforeAsyncCollectiveWait(Rule):
         A handle object of the file whose `wait()` writes a tensor it was constructed with (Megatron's
         `_ReduceScatterWithFP32AccumulationWorkHandle` copies the fp32 sum into `output_tensor`) is a launch where
         it is built and bound to a local, on that tensor (extract_handle_objects.py).
+        An event recorded inside `with stream(s):` after the region's work on a tensor the function made or wrote
+        stands for that work when the two are handed on together (`return AllGatherResult(out, event, ...)`): a
+        function of the file that takes them apart must wait the event (`s.wait_event(event)`, `event.wait()`,
+        `event.synchronize()`) before it touches the tensor.
 
     Why it is bad:
         An async collective runs on the communication library's stream; the calling stream does not wait for it
@@ -262,6 +267,21 @@ def reduce_scatter_fp32(output, tensor, group, async_op):
     else:
         handle.wait()
 """,
+        # An event recorded after a stream's work on a tensor, handed on with it, waited before the tensor is read.
+        """
+import torch
+
+def gather(out, stream, comm):
+    with torch.cuda.stream(stream):
+        out.copy_(comm(out))
+        event = stream.record_event()
+        return out, event
+
+def copy_out(result, dst):
+    out, event = result
+    torch.cuda.current_stream().wait_event(event)
+    dst.copy_(out)
+""",
     ]
 
     INVALID = [
@@ -449,6 +469,20 @@ def reduce_scatter_fp32(output, tensor, group, async_op):
         return handle
     return None
 """,
+        # The event that came with the tensor (FSDP2's AllGatherResult) is not waited before the tensor is read.
+        """
+import torch
+
+def gather(out, stream, comm):
+    with torch.cuda.stream(stream):
+        out.copy_(comm(out))
+        event = stream.record_event()
+        return out, event
+
+def copy_out(result, dst):
+    out, event = result
+    dst.copy_(out)  # expect: SC105
+""",
     ]
 
     def check(self, program: Program) -> Iterable[Finding]:
@@ -457,7 +491,7 @@ def reduce_scatter_fp32(output, tensor, group, async_op):
             for work in function.facts.async_works:
                 for tensor in work.tensors:
                     finding = self._first_touch(program, function, work, tensor)
-                    if finding is None:
+                    if finding is None and work.op != EVENT_RECORD:
                         carried = carried_touch(program, function, work, tensor, _waited_by_call)
                         finding = carried and self._carried(function, work, tensor, carried)
                     if finding is not None:
@@ -566,6 +600,8 @@ def reduce_scatter_fp32(output, tensor, group, async_op):
             handle = f"`{work.handle}`" if work.handle else "its handle (dropped)"
             verb = "written" if use.how == "write" else "read"
             held = f"`{use.path}` (it holds `{tensor}`)" if use.path != tensor else f"`{tensor}`"
+            if work.op == EVENT_RECORD:
+                return _event_finding(self.id, function, work, tensor, use, held, verb)
             return Finding(
                 rule=self.id,
                 message=(f"{held} is {verb} while the async `{work.op}` (line {work.line}) may still be using "
@@ -595,6 +631,26 @@ def _waits_handle(program: Program, fid: str) -> bool:
     if fid not in memo:
         memo[fid] = False  # cycles
         facts = program.functions[fid].facts
-        memo[fid] = any(u.how == "wait" for u in facts.uses) or any(
+        memo[fid] = any(u.how == "wait" and u.arg != EVENT_WAIT for u in facts.uses) or any(
             edge.exact and _waits_handle(program, edge.callee) for _, edges in program.calls_of(fid) for edge in edges)
     return memo[fid]
+
+
+def _event_finding(rule_id: str, function: Function, work: AsyncWork, tensor: str, use, held: str,
+                   verb: str) -> Finding:
+    """A tensor handed over with the event recorded after a stream's work on it, touched before the event's wait."""
+    facts = function.facts
+    return Finding(
+        rule=rule_id,
+        message=(f"{held} is {verb} while the stream work that `{work.handle}` was recorded after may still be "
+                 f"using it: the event came with the tensor (line {work.line}) and is not waited before"),
+        primary=location(function, use.line, use.column, ROLE_WRITE if use.how == "write" else ROLE_READ,
+                         f"{use.arg or 'use'} in {facts.qualname}"),
+        related=(location(function, work.line, work.column, ROLE_CALL,
+                          f"`{work.handle}` taken with `{tensor}`"),),
+        fix=(f"Call `torch.cuda.current_stream().wait_event({work.handle})` before line {use.line} (it orders the "
+             f"current stream after the recorded work without blocking the host)."),
+        kind="WAR" if use.how == "write" else "RAW",
+        symbol=facts.qualname,
+        extra={"path": tensor, "handle": work.handle, "collective": EVENT_RECORD},
+    )
