@@ -188,6 +188,8 @@ if [ "${PART:-timing}" = final ]; then
     --phases "${PHASES:-plain,passthrough,watch,watch_mode,window_closed,window,csan}" \
     --json "$OUT/profile.json" > "$OUT/profile.log" 2>&1
   echo "profile rc=$?"; grep -v "^\[\|Warning\|warn" "$OUT/profile.log" | grep -vE "^ +[0-9/]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ " | tail -45
+  # the window run's lines too (CSAN's long report after them can push them out of the tail above)
+  grep -A4 "steps per run" "$OUT/profile.log"; grep "one injected race per step" "$OUT/profile.log"
   if [ "${OVERHEAD:-1}" = 1 ] && [ "$(left 160)" -gt 0 ]; then
     log "overhead.py --gpus 1 (main)"
     PYTHONPATH=$ROOT/.scpkg:$ROOT/.site-0.13.4 timeout 150 python3 -P benchmarks/overhead.py --gpus 1 --steps 6 \
@@ -204,12 +206,15 @@ if [ "${PART:-timing}" = tests ] || { [ "${PART:-timing}" = final ] && [ "${TEST
   log "GPU tests on both backends side by side (limit ${limit}s each); beside them: same losses, the soak"
   # SPLIT=1: each backend's tests in two processes side by side (the racy examples, the rest): half the wall time
   for b in ${TEST_BACKENDS:-native mode}; do
-    filter=(); [ "$b" = mode ] && [ -n "${MODE_FILTER:-}" ] && filter=(-k "$MODE_FILTER")
+    filter=""; [ "$b" = mode ] && [ -n "${MODE_FILTER:-}" ] && filter="$MODE_FILTER"
     if [ "${SPLIT:-0}" = 1 ]; then parts=("racy" "not racy"); else parts=(""); fi
     for i in "${!parts[@]}"; do
-      log_name=gpu-tests-$b; part=(); [ -n "${parts[$i]}" ] && { log_name=gpu-tests-$b-$i; part=(-k "${parts[$i]}"); }
+      log_name=gpu-tests-$b; [ -n "${parts[$i]}" ] && log_name=gpu-tests-$b-$i
+      # one -k (pytest keeps only the last): the filter and the part together
+      expr=""; [ -n "$filter" ] && expr="($filter)"; [ -n "${parts[$i]}" ] && expr="${expr:+$expr and }(${parts[$i]})"
+      select=(); [ -n "$expr" ] && select=(-k "$expr")
       STREAMCHECK_BACKEND=$b timeout "$limit" python3 -P -m pytest -q -p no:cacheprovider -m gpu tests/gpu -rA \
-        --durations=5 "${filter[@]}" "${part[@]}" --basetemp=/tmp/gpu-tests-$b-$i > "$OUT/$log_name.log" 2>&1 &
+        --durations=5 "${select[@]}" --basetemp=/tmp/gpu-tests-$b-$i > "$OUT/$log_name.log" 2>&1 &
     done
   done
   if [ "${LOSSES:-1}" = 1 ]; then  # plain, native, mode: each a fresh process, same seeds, 8 steps
@@ -251,4 +256,6 @@ PY
   echo "== soak"; grep -v "^\[\|Warning\|warn" "$OUT/soak.log" 2>/dev/null | tail -15
   [ -n "${EXTRA_EXAMPLES:-}" ] && { echo "== extra examples"; cat "$OUT/examples-extra.log"; }
 fi
+# at most 8 files come back from $OUT, first by name: every log in one archive named to come first
+(cd "$OUT" && tar czf 0-logs.tgz --exclude=0-logs.tgz . 2>/dev/null)
 log done
