@@ -57,6 +57,9 @@ HOST_ONLY_FUNCTIONS = frozenset({
     "hasattr", "isinstance", "issubclass", "len", "id", "print", "type", "getattr", "setattr", "delattr", "str",
     "repr", "callable", "hash", "format", "sorted", "enumerate", "zip", "iter", "next", "list", "tuple", "set",
     "dict", "frozenset", "super", "vars", "dir", "print_rank_0", "debug_rank0", "log_dist",
+    # torch.overrides' dispatch to `__torch_function__` overrides: it hands the call itself (`all_reduce(tensor,
+    # op=op, group=group)`) to a subclass, so it is no device op on those arguments (a process group is no tensor)
+    "handle_torch_function", "has_torch_function", "has_torch_function_unary", "has_torch_function_variadic",
 })
 # Methods of loggers and containers: storing or printing a tensor is no device access.
 HOST_ONLY_METHODS = frozenset({

@@ -245,3 +245,31 @@ def test_events_a_helper_records_on_another_stream_are_no_wait_for_the_copy_stre
 def test_the_copy_streams_own_synchronize_orders_the_moves():
     fixed = SELF_MOVES.replace("AFTER", "self.copy_stream.synchronize()")
     assert findings_of({"launcher.py": RECORDING_HELPER, "executor.py": fixed}) == []
+
+
+COMM = """
+    import torch
+    from torch.overrides import handle_torch_function, has_torch_function_unary
+
+    def all_reduce(tensor, op=None, group=None):
+        if has_torch_function_unary(tensor):
+            return handle_torch_function(all_reduce, (tensor,), tensor, op=op, group=group)
+        return torch.distributed.all_reduce(tensor, op=op, group=group)
+"""
+REDUCE = """
+    import torch
+
+    from comm import all_reduce
+
+    def reduce_grad(state, grad):
+        with torch.cuda.stream(state.all_reduce_stream):
+            all_reduce(grad, group=state.inter_node_pg)
+"""
+
+
+def test_a_process_group_handed_to_torch_function_dispatch_is_no_input():
+    # torch's own collectives start with `handle_torch_function(all_reduce, ..., group=group)`: a dispatch to
+    # `__torch_function__` overrides, not a device op reading the group (FSDP1's `_reduce_grad` in torch 2.13)
+    findings = findings_of({"comm.py": COMM, "fsdp.py": REDUCE})
+    assert [(f.rule, f.kind, f.primary.path, f.primary.line, f.extra["path"]) for f in findings] == [
+        ("SC106", "WAR", "fsdp.py", line_of(REDUCE, "all_reduce(grad"), "grad")]
