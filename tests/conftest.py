@@ -9,6 +9,7 @@ import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tarfile  # noqa: E402
 import tempfile  # noqa: E402
+import zipfile  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
@@ -48,6 +49,34 @@ def unpacked_sdist(name: str, version: str) -> Path:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+def unpacked_wheel(name: str, version: str) -> Path:
+    """`name==version`'s wheel, for projects that publish no sdist (megatron-core), downloaded once with pip and
+    unpacked as data under .cache/sdists/ (zip members are checked to stay inside the folder); never imported."""
+    target = SDIST_CACHE / f"{name}-{version}"
+    if (target / ".unpacked").exists():
+        return target
+    SDIST_CACHE.mkdir(parents=True, exist_ok=True)
+    stem = name.replace("-", "_")
+    wheels = sorted(SDIST_CACHE.glob(f"{stem}-{version}-*.whl"))
+    if not wheels:
+        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary", ":all:",
+                        f"{name}=={version}", "-d", str(SDIST_CACHE)], check=True, timeout=600)
+        wheels = sorted(SDIST_CACHE.glob(f"{stem}-{version}-*.whl"))
+    with zipfile.ZipFile(wheels[0]) as archive:
+        for member in archive.namelist():
+            resolved = (target / member).resolve()
+            assert resolved.is_relative_to(target.resolve()), member
+        archive.extractall(target)
+    (target / ".unpacked").touch()
+    return target
+
+
+@pytest.fixture(scope="session")
+def wheel():
+    """`wheel(name, version)` -> Path of the unpacked wheel (cached between runs)."""
+    return unpacked_wheel
 
 
 @pytest.fixture(scope="session")

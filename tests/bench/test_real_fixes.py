@@ -187,7 +187,16 @@ def test_group_offloading_records_the_compute_stream_in_0_36_0(sdist):
 # invoker's stream) makes the offload stream wait for that cached stream (line 286) before cloning the activation
 # on it (line 328; the broadcast arm reads it at 317 first). 1.14.0 asks for the current stream each time (an `s0`
 # property) and clones before the wait.
+# Both releases also get one SC104 (since 775eb90) that the fix does not touch: `__enter__` clears the forward stash
+# of (activation, event) pairs without waiting the events (1.13.0:615, 1.14.0:618). The stash is only non-empty
+# there when a forward ran without its backward, and the offloaded copies are then thrown away: a hazard, benign.
 ACTIVATION_OFFLOADING = "trl/models/activation_offloading.py"
+
+
+def _stash_cleared(findings, line):
+    [finding] = [f for f in findings if f.rule == "SC104"]
+    assert (finding.kind, finding.primary.line, finding.extra["path"]) == ("FREE", line, "self.fwd_stash")
+    assert finding.primary.snippet == "self.fwd_stash.clear()"
 
 
 def test_activation_offload_waits_for_the_cached_default_stream_in_1_13_0(sdist):
@@ -195,7 +204,9 @@ def test_activation_offload_waits_for_the_cached_default_stream_in_1_13_0(sdist)
     source = (root / ACTIVATION_OFFLOADING).read_text(encoding="utf-8").splitlines()
     assert source[159].strip() == "self.s0 = torch.cuda.default_stream()"
     assert source[285].strip() == "self.s1.wait_stream(self.s0)"
-    [finding] = [f for f in _scan(root, "trl/models") if f.primary.path == ACTIVATION_OFFLOADING]
+    found = [f for f in _scan(root, "trl/models") if f.primary.path == ACTIVATION_OFFLOADING]
+    _stash_cleared(found, 615)
+    [finding] = [f for f in found if f.rule != "SC104"]
     # the first read in the region: `torch.as_strided(activation, ...)` of the broadcast arm (its argument's line),
     # then the clone of the other arm
     assert (finding.rule, finding.kind, finding.primary.line, finding.primary.column) == ("SC101", "RAW", 317, 25)
@@ -210,7 +221,9 @@ def test_activation_offload_waits_for_the_cached_default_stream_in_1_13_0(sdist)
 def test_activation_offload_waits_for_the_current_stream_in_1_14_0(sdist):
     root = sdist("trl", "1.14.0")
     assert "return torch.cuda.current_stream()" in (root / ACTIVATION_OFFLOADING).read_text(encoding="utf-8")
-    assert [f for f in _scan(root, "trl/models") if f.primary.path == ACTIVATION_OFFLOADING] == []
+    found = [f for f in _scan(root, "trl/models") if f.primary.path == ACTIVATION_OFFLOADING]
+    _stash_cleared(found, 618)
+    assert [f for f in found if f.rule != "SC104"] == []
 
 
 # Megatron-LM issue #7398 (open in megatron-core 0.16.1): the fine-grained activation offload copies each activation
@@ -222,8 +235,8 @@ def test_activation_offload_waits_for_the_current_stream_in_1_14_0(sdist):
 FINE_GRAINED_OFFLOAD = "megatron/core/pipeline_parallel/fine_grained_activation_offload.py"
 
 
-def test_inline_reload_has_no_edge_to_the_offload_copy_in_0_16_1(sdist):
-    root = sdist("megatron-core", "0.16.1")
+def test_inline_reload_has_no_edge_to_the_offload_copy_in_0_16_1(wheel):
+    root = wheel("megatron-core", "0.16.1")  # (megatron-core publishes wheels only)
     source = (root / FINE_GRAINED_OFFLOAD).read_text(encoding="utf-8").splitlines()
     assert source[855].strip() == "tensor = self.reload(tensor)"
     [finding] = [f for f in _scan(root, "megatron/core/pipeline_parallel") if f.primary.path == FINE_GRAINED_OFFLOAD]

@@ -11,10 +11,6 @@ to stay inside the folder); nothing of it is imported.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import zipfile
-from pathlib import Path
 
 import pytest
 
@@ -23,31 +19,10 @@ from streamcheck.cli import main
 pytestmark = pytest.mark.network
 
 NAME, VERSION = "megatron-core", "0.16.1"
-CACHE = Path(__file__).resolve().parents[2] / ".cache" / "sdists"
 
 
-def unpacked_wheel(name: str, version: str) -> Path:
-    target = CACHE / f"{name}-{version}"
-    if (target / ".unpacked").exists():
-        return target
-    CACHE.mkdir(parents=True, exist_ok=True)
-    stem = name.replace("-", "_")
-    wheels = sorted(CACHE.glob(f"{stem}-{version}-*.whl"))
-    if not wheels:
-        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary", ":all:",
-                        f"{name}=={version}", "-d", str(CACHE)], check=True, timeout=600)
-        wheels = sorted(CACHE.glob(f"{stem}-{version}-*.whl"))
-    with zipfile.ZipFile(wheels[0]) as wheel:
-        for member in wheel.namelist():
-            resolved = (target / member).resolve()
-            assert resolved.is_relative_to(target.resolve()), member
-        wheel.extractall(target)
-    (target / ".unpacked").touch()
-    return target
-
-
-def test_megatron_core_findings_are_the_judged_ones(capsys, monkeypatch):
-    monkeypatch.chdir(unpacked_wheel(NAME, VERSION))
+def test_megatron_core_findings_are_the_judged_ones(capsys, monkeypatch, wheel):
+    monkeypatch.chdir(wheel(NAME, VERSION))
     code = main(["scan", "--no-progress", "--no-cache", "--format", "json", "megatron"])
     report = json.loads(capsys.readouterr().out)
     # All judged in benchmarks/triage/real_code.tsv; the hazards: StaticBufferLoader copies the batch into the CUDA
