@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from .facts import NO_REGION, RETURNED, AsyncCopy, AsyncWork, FileFacts, FunctionFacts, Placement, Use
 from .extract import elements
+from .extract_paths import index_of
 from .extract_handles import (BATCH_P2P, P2P_LAUNCHES, P2P_OP, P2P_SEND, loop_bindings, loop_sources, p2p_op_list,
                               p2p_ops_in_display, p2p_ops_in_list, p2p_sends, p2p_tensor, work_aliases)
 from .extract_names import ESCAPING_METHODS
@@ -123,15 +124,17 @@ class HazardCollector:
     def fn(self) -> FunctionFacts:
         return self.v.fn
 
-    def _use(self, path: str, how: str, node: ast.AST, arg: str = "", at_end: bool = False) -> None:
+    def _use(self, path: str, how: str, node: ast.AST, arg: str = "", at_end: bool = False,
+             index: str | None = None) -> None:
         line, column = node.lineno, node.col_offset + 1
         if how == "read" and id(node) in self.iterations:
             arg = "for"  # `for t in bufs`, `zip(bufs, ...)`: the container is iterated, its tensors not read
+        index = index_of(node) if index is None else index
         if at_end:  # a binding or free takes effect after its statement's expressions ran
             end = node.end_lineno or node.lineno, (node.end_col_offset or 0) + 1
-            self.fn.uses.append(Use(path, how, *end, self.v.region, self.v.blocks[-1], arg, line, column))
+            self.fn.uses.append(Use(path, how, *end, self.v.region, self.v.blocks[-1], arg, line, column, index))
         else:
-            self.fn.uses.append(Use(path, how, line, column, self.v.region, self.v.blocks[-1], arg))
+            self.fn.uses.append(Use(path, how, line, column, self.v.region, self.v.blocks[-1], arg, 0, 0, index))
 
     def _mark(self, expr: ast.AST) -> str | None:
         """The access path of `expr`, with the nodes that spell it marked as accounted for."""
@@ -436,6 +439,10 @@ class HazardCollector:
         single = self.access_path(targets[0]) if len(targets) == 1 and not isinstance(
             targets[0], ast.Subscript) else None
         self._tuple_assign(node, targets[0], value, single)
+        element = None
+        if len(targets) == 1 and isinstance(targets[0], ast.Subscript) and isinstance(targets[0].value, ast.Name) \
+                and index_of(targets[0]):
+            element = (targets[0].value.id, index_of(targets[0]))
         if single and not (isinstance(targets[0], ast.Attribute) and targets[0].attr == "data"):
             for expr in _bound_values(value):
                 self.bound_to[id(expr)] = single
@@ -453,6 +460,8 @@ class HazardCollector:
                     aliased = self._mark(elt)
                     if aliased:  # arg: where it went, when that is one path (a handle and its buffer travel)
                         self._use(aliased, "escape", elt, single or "")
+                        if element is not None:  # `bufs[k] = buf`: also into that element of a local container
+                            self._use(aliased, "escape", elt, element[0], index=element[1])
         dropped = isinstance(value, ast.Constant) and value.value is None
         # `p.data = p._mp_param`: a swap between tensors the object holds, the old storage is kept too; a new
         # tensor from elsewhere (`p.grad.data = bucket_view`) drops it.

@@ -127,6 +127,9 @@ class Use:
     # these are the statement's start (for reports); 0 when the same.
     start_line: int = 0
     start_column: int = 0
+    # The element index text of a subscripted use (`bufs[i % 2]` -> "i % 2", as Access.index); for an escape into
+    # a local container's element (`bufs[(i + 1) % 2] = buf`, arg "bufs"), that element's index.
+    index: str = ""
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from streamcheck.findings import ROLE_CALL, ROLE_READ, ROLE_WRITE, Finding
 from .facts import RETURNED, AsyncWork
 from .hazard_flow import uses_after
 from .program import Function, Program
-from .races import exits_before
+from .races import exits_before, loop_around
 from .rule import Rule, location
 from .extract_handles import BATCH_P2P, P2P_LAUNCHES, P2P_SEND
 from .extract_pairs import EVENT_RECORD, EVENT_WAIT
@@ -55,6 +55,9 @@ class UseBeforeAsyncCollectiveWait(Rule):
         A handle object of the file whose `wait()` writes a tensor it was constructed with (Megatron's
         `_ReduceScatterWithFP32AccumulationWorkHandle` copies the fp32 sum into `output_tensor`) is a launch where
         it is built and bound to a local, on that tensor (extract_handle_objects.py).
+        A buffer stored into an element of a local container (`bufs[(i + 1) % 2] = buf`) is followed there:
+        another element used in the loop iteration that stored it is the other half of a double buffer, but after
+        the loop any element may be it (Megatron's `all_gathered_input[drain_idx]`).
         An event recorded inside `with stream(s):` after the region's work on a tensor the function made or wrote
         stands for that work when the two are handed on together (`return AllGatherResult(out, event, ...)`): a
         function of the file that takes them apart must wait the event (`s.wait_event(event)`, `event.wait()`,
@@ -267,6 +270,23 @@ def reduce_scatter_fp32(output, tensor, group, async_op):
     else:
         handle.wait()
 """,
+        # A double buffer: the in-flight buffer stored in one element of a local list while the other is read.
+        """
+import torch
+import torch.distributed as dist
+
+def drain(chunks, out, group, size):
+    bufs = [None, None]
+    for i in range(len(chunks)):
+        buf = torch.empty(size, device="cuda")
+        handle = dist.all_gather_into_tensor(buf, chunks[i], group=group, async_op=True)
+        bufs[(i + 1) % 2] = buf
+        buf = None
+        torch.matmul(bufs[i % 2], bufs[i % 2], out=out)
+        last = (i + 1) % 2
+        handle.wait()
+    torch.matmul(bufs[last], bufs[last], out=out)
+""",
         # An event recorded after a stream's work on a tensor, handed on with it, waited before the tensor is read.
         """
 import torch
@@ -469,6 +489,22 @@ def reduce_scatter_fp32(output, tensor, group, async_op):
         return handle
     return None
 """,
+        # ... the same without the wait in the loop: the drain after it reads the last buffer still in flight.
+        """
+import torch
+import torch.distributed as dist
+
+def drain(chunks, out, group, size):
+    bufs = [None, None]
+    for i in range(len(chunks)):
+        buf = torch.empty(size, device="cuda")
+        handle = dist.all_gather_into_tensor(buf, chunks[i], group=group, async_op=True)
+        bufs[(i + 1) % 2] = buf
+        buf = None
+        torch.matmul(bufs[i % 2], bufs[i % 2], out=out)
+        last = (i + 1) % 2
+    torch.matmul(bufs[last], bufs[last], out=out)  # expect: SC105
+""",
         # The event that came with the tensor (FSDP2's AllGatherResult) is not waited before the tensor is read.
         """
 import torch
@@ -569,9 +605,17 @@ def copy_out(result, dst):
         aliases = set(work.aliases) if tensor == work.tensors[0] else set()
         watched = {tensor} | aliases
         learned: dict[str, int] = {}  # a name bound from a watched one after the launch -> the line it was bound
+        # A local container holding the tensor in one element (`bufs[(i + 1) % 2] = buf`) -> (index, line).
+        elements: dict[str, list[tuple[str, int]]] = {}
+        for u in facts.uses:
+            if u.how == "escape" and u.index and u.path in watched and u.arg in aliases and u.line >= work.line:
+                elements.setdefault(u.arg, []).append((u.index, u.line))
         uses = sorted((u for path in watched | {bound_local(u) for u in facts.uses if u.path in watched} - {None}
                        for u in uses_after(facts, path, work.line, work.end_line)), key=lambda u: (u.line, u.column))
         for use in uses:
+            stored_here = any(at == use.line for c, stores in elements.items() if c in watched for _, at in stores)
+            if stored_here:  # followed into the element (and only there, with the names bound from it: not the
+                watched &= {tensor} | set(elements) | set(learned)  # loop's other aliases, which an escape ended)
             if use.path not in watched:
                 continue
             if any(wait <= use.line and not exits_before(function, wait, use.line) for wait in waits):
@@ -582,13 +626,19 @@ def copy_out(result, dst):
             if local:
                 watched.add(local)  # `gathered = bufs[i]`: the name holds the buffer too
                 learned[local] = use.line
+                if use.index:
+                    elements.setdefault(local, []).append((use.index, use.line))
                 continue
             if use.how in ("rebind", "free"):
                 if (use.start_line or use.line) <= learned.get(use.path, -1) <= use.line:
                     continue  # the binding that made it an alias (`out = out.view(n, -1)`: still the buffer)
-                if use.path != tensor:
-                    watched.discard(use.path)  # another tensor from here on
+                if use.path != tensor or set(elements) & watched:
+                    watched.discard(use.path)  # another tensor from here on (a container's element keeps it)
                     continue
+            if _other_element(facts, elements, use):
+                continue  # the other half of a double buffer, in the iteration that stored this one
+            if use.how == "escape" and stored_here:
+                continue  # stored into a watched container's element: followed there
             if use.how in ("rebind", "escape", "free"):
                 return None
             if use.how not in TOUCHES or use.arg in MENTIONS:
@@ -654,3 +704,16 @@ def _event_finding(rule_id: str, function: Function, work: AsyncWork, tensor: st
         symbol=facts.qualname,
         extra={"path": tensor, "handle": work.handle, "collective": EVENT_RECORD},
     )
+
+
+def _other_element(facts, elements: dict[str, list[tuple[str, int]]], use) -> bool:
+    """A use of another element of the local container the tensor was stored in (`bufs[i % 2]` beside
+    `bufs[(i + 1) % 2] = buf`), in the loop iteration that stored it. After that loop (or in the next iteration,
+    which this order of uses does not reach) an index of the loop's variables may name the stored element: Megatron's
+    double-buffered all-gather reads `all_gathered_input[drain_idx]` after its loop. The store itself is no use."""
+    stores = elements.get(use.path)
+    if not stores or not use.index:
+        return False
+    if any(use.index == index for index, _ in stores):  # the store that put it there is no use of it
+        return use.how == "write" and use.arg == "[]=" and any(use.line == at for _, at in stores)
+    return all(loop_around(facts, at, use.line) is not None for _, at in stores)
