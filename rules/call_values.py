@@ -33,9 +33,8 @@ if TYPE_CHECKING:
     from .program import Program
 
 
-def value_accesses(program: "Program", function: "Function", bound: list[Access]) -> list[Access]:
-    """The accesses of `function`'s paths that its calls' values make (see the module's docstring); `bound` are the
-    accesses its calls make through the callees' parameters (summaries.bound_accesses)."""
+def value_accesses(program: "Program", function: "Function") -> list[Access]:
+    """The accesses of `function`'s paths that its calls' values make (see the module's docstring)."""
     facts = function.facts
     results = {(line, column): local for local, line, column in facts.call_results}
     own = program.own_accesses(function)
@@ -59,27 +58,33 @@ def value_accesses(program: "Program", function: "Function", bound: list[Access]
                 continue
             found.extend(_kept(program, function, callee, call, param, receiver + container[len("self"):],
                                own + found))
-        if local and callee.facts.hands_out:
-            later = [a for a in own + bound + _handed_to_callees(program, function, local, bound)
-                     if a.path == local and a.line >= call.line and a.kind == "read"]
-            for container in callee.facts.hands_out:
-                path = receiver + container[len("self"):]
-                found.extend(replace(a, path=path, index="", fresh=False) for a in later)
+        if local:
+            # later reads of the handed-out element are reads of the receiver's container (the bound ones were
+            # read so by summaries.bound_accesses through `handed_out`)
+            for path in _containers_handed_out(callee, receiver):
+                found.extend(replace(a, path=path, index="", fresh=False) for a in own
+                             if a.path == local and a.line >= call.line and a.kind == "read")
     return found
 
 
-def _handed_to_callees(program: "Program", function: "Function", local: str, bound: list[Access]) -> list[Access]:
-    """What the callees given `local` do to it (bound_accesses leaves a local's out where the function runs on
-    one stream only; an element taken out of a container can race with the side stream that filled it)."""
-    from .summaries import bind, parameter_accesses
-
-    found = []
-    for call, edges in program.exact_edges_of(function.id):
-        if local in call.args and not any(a.line == call.line and a.path == local for a in bound):
-            for edge in edges:
-                if program.functions[edge.callee].file.detailed:
-                    found.extend(bind(program, function, call, edge, parameter_accesses(program, edge.callee)))
+def handed_out(program: "Program", function: "Function") -> dict[str, tuple[str, int]]:
+    """local -> (the receiver's container, line) for each local bound to an element a helper hands out
+    (`tensor = self.groups[i].pop_tensor(tag)`: `self.groups._tensors`), as FunctionFacts.taken gives them for
+    `x = self.c.pop(k)` written inline."""
+    results = {(line, column): local for local, line, column in function.facts.call_results}
+    found = {}
+    for call, edges in program.calls_of(function.id):
+        local = results.get((call.line, call.column))
+        callee = _followed(program, edges) if local else None
+        receiver = call.callee.rpartition(".")[0].replace("[]", "")
+        if callee is not None and receiver:
+            for path in _containers_handed_out(callee, receiver):
+                found[local] = (path, call.line)
     return found
+
+
+def _containers_handed_out(callee: "Function", receiver: str) -> list[str]:
+    return [receiver + container[len("self"):] for container in callee.facts.hands_out]
 
 
 def _followed(program: "Program", edges: list["Edge"]) -> "Function | None":

@@ -23,7 +23,7 @@ import builtins
 from dataclasses import replace
 from typing import TYPE_CHECKING, Callable, Iterable
 
-from .call_values import value_accesses
+from .call_values import handed_out, value_accesses
 from .collectives import reads_in_place
 from .extract import split_index
 from .facts import Access, Call
@@ -193,6 +193,7 @@ def bound_accesses(program: "Program", function: "Function") -> list[Access]:
         # ... and a local taken out of a container another function filled (`state = self.saved.pop(tag)`) is that
         # container's element: what a helper does to it, it does to the container
         taken = {local: (container, line) for local, container, line in function.facts.taken}
+        taken.update(handed_out(program, function))  # ... or handed out of one by a helper (call_values.py)
         for call, edges in program.calls_of(function.id):
             if not call.args or not (on_streams or any(a.startswith("self.") or a in taken for a in call.args)):
                 continue
@@ -206,7 +207,7 @@ def bound_accesses(program: "Program", function: "Function") -> list[Access]:
                         path, index = split_index(arg)
                         found.append(Access("read", path, call.line, call.column, call.callee, call.region,
                                             index=index))
-        return found + value_accesses(program, function, found)
+        return found + value_accesses(program, function)
 
     return program.memo(("summaries.bound", function.id), build)
 
