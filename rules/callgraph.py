@@ -9,15 +9,20 @@ Calls are resolved without importing anything:
   and, when few classes define it, methods called `m`; only within one program (a top-level package, or a script
   and what it imports). These edges are marked inexact.
 Functions passed as arguments (`wrap(dist.allgather_fn)(...)`) are treated as called at that site (inexact).
+A forwarding lambda stored over a method of an object of a known class (`opt.step = lambda c=None: step(opt, c)`
+with `opt: "Stage3"`, or on `self`) is an instance override: `self.step(...)` in that class family may run `step`
+too, through a call of its own whose arguments are the lambda's (inexact); the lambda's call is not made where the
+lambda is stored.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterator
 
-from .facts import MODULE_SCOPE, Call, FileFacts, FunctionFacts, quick_init
+from .extract_paths import split_index
+from .facts import MODULE_SCOPE, AttrFunction, Call, FileFacts, FunctionFacts, quick_init
 from .options import StaticOptions
 
 # By-name resolution of `<expr>.m(...)` is skipped for names defined by more classes than this (too vague) and for
@@ -134,10 +139,18 @@ class CallGraph:
             for base in bases:
                 for resolved in self._resolve_class(self._file(path), base):
                     self._subclasses.setdefault(resolved, []).append((path, qualname))
+        # (class, attribute) -> (function id, forwarder) of the lambdas stored over that attribute of its instances
+        self._overrides: dict[tuple[tuple[str, str], str], list[tuple[str, AttrFunction]]] = {}
         for file in self.files:
             for held in file.attr_functions:
                 local = f"{file.path}::{held.function}"
                 found = [local] if local in self.functions else self._resolve_dotted(held.function)
+                if held.receiver_class:
+                    classes = [(file.path, held.receiver_class)] if held.receiver == "self" else \
+                        self._resolve_class(file, held.receiver_class)
+                    for cls in classes:
+                        self._overrides.setdefault((cls, held.attr), []).extend((fid, held) for fid in found)
+                    continue
                 for fid in found:
                     self._attr_functions.setdefault(held.attr, []).append(fid)
 
@@ -404,10 +417,61 @@ class CallGraph:
                 calls.append((call, edges))
                 for edge in edges:
                     self.callees[edge.caller].add(edge.callee)
+                if self._overrides and owner and call.callee.startswith(("self.", "cls.")) \
+                        and call.callee.count(".") == 1:
+                    for forwarded, more in self._overriding_calls(function, call):
+                        calls.append((forwarded, more))
+                        self.callees[function.id].update(e.callee for e in more)
+
+    def _overriding_calls(self, function: Function, call: Call) -> list[tuple[Call, list[Edge]]]:
+        """`self.step(c)` where some code stores a forwarding lambda over `step` on an instance of the class family
+        (`opt.step = lambda closure=None: step(opt, closure)`): the call may run the forwarded function, with the
+        lambda's arguments (the receiver's text for the object, the call's arguments for the lambda's parameters).
+        A call of its own, so that parameters bind to those arguments (inexact: the override may not be made)."""
+        name = call.callee.split(".", 1)[1]
+        found = []
+        for cls in self._family((function.file.path, function.owner)):
+            for fid, held in self._overrides.get((cls, name), ()):
+                if fid in self.functions:
+                    forwarded = replace(call, args=_forwarded_args(call, held), func_args=())
+                    found.append((forwarded, [Edge(function.id, forwarded, fid, False)]))
+        return found
 
     # --- queries -----------------------------------------------------------------------------------------------
     def calls_of(self, fid: str) -> Iterator[tuple[Call, list[Edge]]]:
         return iter(self._calls_with_edges[fid])
+
+
+def _forwarded_args(call: Call, held: AttrFunction) -> tuple[str, ...]:
+    """The arguments a forwarding lambda's call gets when the attribute is called with `call`'s (see
+    `_overriding_calls`): its parameters by position or keyword, its receiver as the call's `self`; "" for
+    anything else (a default, a constant)."""
+    positional = [a for a in call.args if "=" not in a]
+    keywords = dict(a.split("=", 1) for a in call.args if "=" in a)
+    given = {p: positional[i] if i < len(positional) else keywords.get(p, "") for i, p in enumerate(held.params)}
+    receiver = call.callee.split(".", 1)[0]
+
+    def one(text: str) -> str:
+        path, index = split_index(text)
+        root, dot, rest = path.partition(".")
+        if root == held.receiver:
+            root = receiver
+        elif root in given:
+            root, given_index = split_index(given[root])
+            if not root or (index and given_index):
+                return ""
+            index = index or given_index
+        else:
+            return ""
+        path = root + dot + rest
+        return f"{path}[{index}]" if index else path
+
+    out = []
+    for arg in held.args:
+        key, eq, value = arg.partition("=") if "=" in arg else ("", "", arg)
+        bound = one(value) if value else ""
+        out.append(f"{key}={bound}" if eq else bound)
+    return tuple(out)
 
 
 def _enclosing_class(qualname: str, class_names: set[str]) -> str | None:

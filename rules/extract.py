@@ -122,7 +122,9 @@ class _FactsVisitor(CallsAndAccesses, Bindings, RegionsAndBlocks, ast.NodeVisito
         # (qualname, names bound so far) of the module and each enclosing function, innermost last: a plain name
         # that the innermost function does not bind belongs to the nearest enclosing scope that does.
         self.frames: list[tuple[str, set[str]]] = [(MODULE_SCOPE, set())]
-        self.pending_attr_functions: list[tuple[str, str, str, int]] = []  # attr, name, scope, line
+        # attr, name, scope, line, and for a forwarding lambda (receiver, its class, lambda params, call args)
+        self.pending_attr_functions: list[tuple] = []
+        self.param_classes: dict[int, dict[str, str]] = {}  # per function: parameter -> its class annotation text
         self.taken_from: dict[int, dict[str, str]] = {}  # per function: local -> the container it came out of
         self.aliases: dict[int, dict[str, str]] = {}  # per function: local -> the attribute path it names
         self.awaited_containers: dict[int, set[str]] = {}  # per function: local dicts of awaited results
@@ -280,6 +282,10 @@ class _FactsVisitor(CallsAndAccesses, Bindings, RegionsAndBlocks, ast.NodeVisito
         self.facts.functions.append(fn)
         self.tensor_params[id(fn)] = {a.arg for a in args.posonlyargs + args.args + args.kwonlyargs
                                       if a.annotation is not None and "Tensor" in ast.unparse(a.annotation)}
+        classes = {a.arg: text for a in args.posonlyargs + args.args + args.kwonlyargs
+                   if a.annotation is not None and (text := _class_annotation(a.annotation))}
+        if classes:
+            self.param_classes[id(fn)] = classes
         returned = _property_value(node)
         if returned is not None and "stream" in returned.lower():  # `@property def s0(self): return current_stream()`
             fn.stream_aliases[PROPERTY_VALUE] = [returned]
@@ -339,6 +345,15 @@ class _PlainFactsVisitor(_FactsVisitor):
 
 
 _NAME, _ATTRIBUTE, _LOAD = ast.Name, ast.Attribute, ast.Load
+
+
+def _class_annotation(annotation: ast.expr) -> str:
+    """The dotted class name an annotation names (`opt: Stage3`, `opt: "zero.Stage3"`), or "" for anything else."""
+    if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+        text = annotation.value.strip()
+        return text if text and all(part.isidentifier() for part in text.split(".")) else ""
+    text = dotted(annotation) if isinstance(annotation, (ast.Name, ast.Attribute)) else ""
+    return "" if "?" in text else text
 
 
 def _property_value(node: ast.FunctionDef | ast.AsyncFunctionDef) -> str | None:

@@ -10,7 +10,7 @@ from dataclasses import replace
 from .extract_names import (COPYING_METHODS, HOST_ONLY_FUNCTIONS, NOT_PRODUCERS, NOT_TENSOR_WORDS, PRODUCING_METHODS,
                             VIEW_METHODS)
 from .extract_handles import loop_bindings
-from .extract_paths import access_path, dotted, elements
+from .extract_paths import access_path, arg_text, dotted, elements
 from .facts import MODULE_SCOPE, NO_REGION, AttrFunction, Sync
 from .streams import captures_current
 from .torch_api import TORCH_CALLABLES
@@ -24,6 +24,8 @@ class Bindings(ast.NodeVisitor):
     `_is_torch_function`."""
 
     def visit_Assign(self, node: ast.Assign) -> None:
+        if self._forwarding_lambda(node):
+            return
         self._note_self_assigns(node.targets)
         if self.detailed and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             values = [node.value.body, node.value.orelse] if isinstance(node.value, ast.IfExp) else [node.value]
@@ -282,9 +284,39 @@ class Bindings(ast.NodeVisitor):
                         and elt.attr not in self.fn.self_assigns):
                     self.fn.self_assigns.append(elt.attr)
 
+    def _forwarding_lambda(self, node: ast.Assign) -> bool:
+        """`opt.step = lambda closure=None: step(opt, closure)` on an object of a known class (a parameter annotated
+        with it, or `self`): an instance override (facts.AttrFunction). The lambda's call runs where the attribute
+        is called, not here: its body is not visited as code of this function (DeepSpeed's ZenFlow replaces
+        ZeRO-3 methods so)."""
+        target, value = node.targets[0], node.value
+        if len(node.targets) != 1 or not isinstance(target, ast.Attribute) or not isinstance(target.value, ast.Name) \
+                or not isinstance(value, ast.Lambda) or not isinstance(value.body, ast.Call) \
+                or value.args.vararg or value.args.kwarg:
+            return False
+        receiver, call = target.value.id, value.body
+        function = dotted(call.func)
+        cls = self.fn.cls if receiver == "self" else self.param_classes.get(id(self.fn), {}).get(receiver)
+        if not cls or "?" in function or function.split(".", 1)[0] in (receiver, "self"):
+            return False  # (`self.f = lambda: self.g()`: a method of the object itself, resolved as such)
+        lam = value.args
+        params = tuple(a.arg for a in lam.posonlyargs + lam.args + lam.kwonlyargs)
+
+        def text(arg: ast.expr) -> str:  # (`self` is no access path, and the receiver is what the call binds)
+            return receiver if isinstance(arg, ast.Name) and arg.id == receiver else arg_text(arg)
+
+        args = tuple(text(a) for a in call.args) + tuple(f"{k.arg}={text(k.value)}" for k in call.keywords if k.arg)
+        self.pending_attr_functions.append(
+            (target.attr, function, self._scope_name(), node.lineno, (receiver, cls, params, args)))
+        self._note_self_assigns(node.targets)
+        self.visit(target)
+        for default in lam.defaults + [d for d in lam.kw_defaults if d is not None]:
+            self.visit(default)  # defaults run here
+        return True
+
     def _resolve_attr_functions(self) -> None:
         """Keep `x.attr = name` only where `name` is a function of this file or an imported name."""
-        for attr, name, scope, line in self.pending_attr_functions:
+        for attr, name, scope, line, *forwarder in self.pending_attr_functions:
             target = None
             parts = [] if scope == MODULE_SCOPE else scope.split(".")
             while True:  # innermost enclosing scope first
@@ -300,7 +332,7 @@ class Bindings(ast.NodeVisitor):
                 if head in self.facts.imports:
                     target = self.facts.imports[head] + name[len(head):]
             if target is not None:
-                self.facts.attr_functions.append(AttrFunction(attr, target, line))
+                self.facts.attr_functions.append(AttrFunction(attr, target, line, *(forwarder[0] if forwarder else ())))
                 self._keep_line(line)
 
 

@@ -281,11 +281,20 @@ class ClassFacts:
 
 @dataclass(frozen=True)
 class AttrFunction:
-    """`obj.<attr> = <function>`: later calls of `<anything>.<attr>(...)` may run that function."""
+    """`obj.<attr> = <function>`: later calls of `<anything>.<attr>(...)` may run that function.
+
+    Or a forwarding lambda stored on an object of a known class (`opt.step = lambda c=None: step(opt, c)`, `opt:
+    "Stage3"`; or on `self`): an instance override, so calls of `self.<attr>(...)` in that class family run
+    `function` with the lambda's call arguments (`args`, in which `params` name the call's arguments and
+    `receiver` the object) (callgraph.py)."""
 
     attr: str
     function: str  # qualname in this file, or an imported dotted name
     line: int
+    receiver: str = ""  # a forwarder's object: `self` or a parameter name
+    receiver_class: str = ""  # ... its class: the enclosing class of `self`, or the parameter's annotation text
+    params: tuple[str, ...] = ()  # ... the lambda's parameters
+    args: tuple[str, ...] = ()  # ... the argument texts of the call the lambda makes (Call.args' form)
 
 
 @dataclass
