@@ -114,3 +114,27 @@ class Engine:
             for call, edges in program.calls_of("engine.py::Engine.backward") if call.callee == "self._reduce"] == [
         (("grads",), []), (("self", "grads"), [("engine.py::reduce_all", False)])]
     assert program.only_side_stream("engine.py::reduce_all") == "self.side@engine.py::Engine"
+
+
+def test_the_forwarded_arguments_follow_the_lambdas_parameters_by_position_and_keyword():
+    source = """
+import torch
+
+
+def fill(flat, out, scale=None, src=None):
+    out.copy_(src, non_blocking=True)
+
+
+class Engine:
+    def __init__(self):
+        self.fill = lambda src, out=None, scale=2: fill(self.flat, out, scale=scale, src=src)
+
+    def run(self, bufs, dest):
+        with torch.cuda.stream(self.side):
+            self.fill(bufs[0], out=dest)
+"""
+    program = program_of({"engine.py": source})
+    [forwarded] = [call.args for call, edges in program.calls_of("engine.py::Engine.run")
+                   if any(e.callee == "engine.py::fill" for e in edges)]
+    # the receiver's attribute, a keyword given by the caller, a default (no path), a positional one
+    assert forwarded == ("self.flat", "dest", "scale=", "src=bufs[0]")
