@@ -6,6 +6,8 @@
 - **Loop bindings**: what a loop variable iterates, through `zip(...)`, `enumerate(...)`, `.items()` and `.values()`
   and nested tuple targets (`for p, (h, buf) in zip(params, pairs)`), so that `for req in reqs: req.wait()` waits
   `reqs` and a tensor named by a loop variable is an element of the container it iterates.
+- **Coalescing managers**: `with dist._coalescing_manager(group, async_ops=...) as cm:` launches the collectives of
+  its body as one work whose handle is `cm` (`cm.wait()` waits them all; their own results are no handles).
 - **Aliases** of a work's tensors at its launch: the containers the tensor was appended to (`bufs.append(t)`), the
   tensors that were appended to it or that it views (`out.append(base.narrow(...))`), the names bound from it and the
   containers a loop variable iterates: a later touch of any of them touches the buffer in flight.
@@ -16,15 +18,17 @@ from __future__ import annotations
 import ast
 from typing import Callable, Iterable
 
-from .facts import RETURNED, FunctionFacts
+from .facts import RETURNED, AsyncWork, FunctionFacts
 
-__all__ = ["BATCH_P2P", "P2P_LAUNCHES", "P2P_OP", "P2P_SEND", "loop_bindings", "loop_sources", "p2p_op_list",
-           "p2p_ops_in_display", "p2p_ops_in_list", "p2p_sends", "p2p_tensor", "work_aliases"]
+__all__ = ["BATCH_P2P", "COALESCING_MANAGER", "P2P_LAUNCHES", "P2P_OP", "P2P_SEND", "coalesced", "handed_on",
+           "loop_bindings", "loop_sources", "p2p_op_list", "p2p_ops_in_display", "p2p_ops_in_list", "p2p_sends",
+           "p2p_tensor", "work_aliases"]
 
 P2P_LAUNCHES = frozenset({"isend", "irecv"})
 BATCH_P2P = "batch_isend_irecv"
 P2P_SEND = "isend"  # the op of a work whose tensors are only read (a batch's sends are one such work)
 P2P_OP = "P2POp"
+COALESCING_MANAGER = "_coalescing_manager"  # torch.distributed's
 # Iteration helpers whose arguments are iterated element by element.
 ZIPPERS = frozenset({"zip"})
 ENUMERATORS = frozenset({"enumerate", "reversed", "sorted", "list", "tuple", "iter"})
@@ -208,3 +212,40 @@ def work_aliases(fn: FunctionFacts, loop_links: list[tuple[str, tuple[str, ...]]
         works.append(replace(work, aliases=aliases) if aliases != work.aliases else work)
     fn.async_works = works
     return keep
+
+
+def coalesced(handle: str, span: tuple[int, int, int, int], launched: list[AsyncWork], block: tuple[int, int],
+              region: int) -> AsyncWork | None:
+    """The one work of a coalescing manager bound to `handle`, its `with` at span (line, column, end line, end
+    column): the collectives `launched` in its body, with their tensors; None when the body launches none."""
+    line, column, end_line, _ = span
+    inside = [w for w in launched if line <= w.line <= end_line]
+    tensors = tuple(dict.fromkeys(t for w in inside for t in w.tensors if t))
+    if not tensors:
+        return None
+    return AsyncWork(inside[0].op, handle, tensors, line, column, end_line, block, region)
+
+
+def handed_on(fn: FunctionFacts, candidates: list[AsyncWork], loop_links: list[tuple[str, tuple[str, ...]]]
+              ) -> tuple[list[AsyncWork], set[str]]:
+    """Of works whose flag is a variable, those whose handle `fn` stores on an object's field (`self._work = cm`),
+    with their aliases at the launch (`bucket.param_data` of `for bucket in self.buckets`: `self.buckets.param_data`),
+    and the paths whose uses must be kept."""
+    from dataclasses import replace
+
+    from .extract_pairs import EVENT_RECORD
+
+    works, keep = [], set()
+    for work in candidates:
+        if not work.handle or work.handle.startswith("(") or work.op == EVENT_RECORD:
+            continue
+        stored = {u.arg for u in fn.uses if u.path == work.handle and u.how == "escape" and "." in u.arg
+                  and "[" not in u.arg and u.arg != RETURNED}
+        if not stored:
+            continue
+        tensors = [t for t in work.tensors if t]
+        at_launch = closure(tensors, alias_edges(fn, loop_links, work.end_line), {work.handle} | stored)
+        works.append(replace(work, aliases=tuple(p for p in at_launch if p not in tensors)))
+        keep.update(at_launch)
+        keep.add(work.handle)
+    return works, keep

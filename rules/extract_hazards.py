@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING
 from .facts import NO_REGION, RETURNED, AsyncCopy, AsyncWork, FileFacts, FunctionFacts, Placement, Use
 from .extract import elements
 from .extract_paths import index_of
-from .extract_handles import (BATCH_P2P, P2P_LAUNCHES, P2P_OP, P2P_SEND, loop_bindings, loop_sources, p2p_op_list,
-                              p2p_ops_in_display, p2p_ops_in_list, p2p_sends, p2p_tensor, work_aliases)
+from .extract_handles import (BATCH_P2P, COALESCING_MANAGER, P2P_LAUNCHES, P2P_OP, P2P_SEND, coalesced, handed_on,
+                              loop_bindings, loop_sources, p2p_op_list, p2p_ops_in_display, p2p_ops_in_list,
+                              p2p_sends, p2p_tensor, work_aliases)
 from .extract_names import ESCAPING_METHODS
 from .extract_handle_objects import synthesize_handle_objects
 from .extract_pairs import EVENT_RECORD, EVENT_WAIT, PairFacts, positions, synthesize, taken_from
@@ -106,12 +107,16 @@ class HazardCollector:
         self.iterations: set[int] = set()  # id() of the expressions loops iterate: naming them reads no element
         self.pairs = PairFacts()  # tuples of a handle and its buffer, out and back (extract_pairs.py)
         self.true_defaults: dict[str, set[int]] = {}  # parameter name -> lines where it defaults to True
+        # id(function facts) -> (handle, span, async flag is true, block, region) of `with _coalescing_manager(...)
+        # as cm:` (extract_handles.coalesced)
+        self.coalescing: dict[int, list[tuple[str, tuple[int, int, int, int], bool, tuple[int, int], int]]] = {}
         self.handlers = {
             ast.Call: self._call, ast.Assign: self._assign, ast.AnnAssign: self._assign,
             ast.AugAssign: self._aug_assign, ast.Delete: self._delete, ast.Return: self._escape,
             ast.Yield: self._escape, ast.YieldFrom: self._escape, ast.For: self._loop, ast.AsyncFor: self._loop,
             ast.comprehension: self._loop, ast.If: self._if, ast.Name: self._name, ast.Attribute: self._attribute,
             ast.arguments: self._defaults, ast.Compare: self._compare, ast.While: self._while,
+            ast.With: self._with, ast.AsyncWith: self._with,
         }
 
     def see(self, node: ast.AST) -> None:
@@ -223,6 +228,18 @@ class HazardCollector:
         self.pairs.maybe.setdefault(id(self.fn), []).append(AsyncWork(
             op, self.bound_to.get(id(node), ""), tensors, node.lineno, node.col_offset + 1,
             node.end_lineno or node.lineno, self.v.blocks[-1], self.v.region))
+
+    def _with(self, node: ast.With | ast.AsyncWith) -> None:
+        """`with _coalescing_manager(group, async_ops=flag) as cm:`: `cm` is the handle of the body's collectives,
+        made into one work at the end of the file (extract_handles.coalesced)."""
+        for item in node.items:
+            expr, name = item.context_expr, item.optional_vars
+            if isinstance(expr, ast.Call) and isinstance(name, ast.Name) \
+                    and self.dotted(expr.func).rsplit(".", 1)[-1] == COALESCING_MANAGER:
+                flag = _keyword(expr, "async_ops")
+                span = (node.lineno, node.col_offset + 1, node.end_lineno or node.lineno, node.end_col_offset or 0)
+                self.coalescing.setdefault(id(self.fn), []).append(
+                    (name.id, span, self._async_flag(flag, expr), self.v.blocks[-1], self.v.region))
 
     def _recorded(self, node: ast.Call, event: str | None) -> None:
         """An event recorded inside `with stream(s):` after the region's work on some tensors stands for that work,
@@ -653,7 +670,17 @@ class HazardCollector:
     # --- end of file ----------------------------------------------------------------------------------------------
     def finish(self, facts: FileFacts) -> None:
         """Keep only the uses and placements a hazard rule can look at, and the source lines they point to."""
+        handed: dict[int, list[AsyncWork]] = {}  # works whose flag is a variable: kept where the handle is stored
+        for fn in facts.functions:
+            for handle, span, flag, block, region in self.coalescing.get(id(fn), ()):
+                work = coalesced(handle, span, fn.async_works + self.pairs.maybe.get(id(fn), []), block, region)
+                if work is not None:
+                    (fn.async_works if flag else handed.setdefault(id(fn), [])).append(work)
         keep = {id(fn): work_aliases(fn, self.loop_links.get(id(fn), [])) for fn in facts.functions}
+        for fn in facts.functions:
+            candidates = handed.get(id(fn), []) + self.pairs.maybe.get(id(fn), [])
+            fn.handed_works, kept = handed_on(fn, candidates, self.loop_links.get(id(fn), []))
+            keep[id(fn)] |= kept
         launched = {id(fn): len(fn.async_works) for fn in facts.functions}
         synthesize(facts.functions, self.pairs)  # handles and buffers that come back in a tuple (extract_pairs.py)
         synthesize_handle_objects(facts.functions)  # classes whose wait() writes a tensor (extract_handle_objects.py)

@@ -201,6 +201,10 @@ class FunctionFacts:
     placements: list[Placement] = field(default_factory=list)
     async_copies: list[AsyncCopy] = field(default_factory=list)
     async_works: list[AsyncWork] = field(default_factory=list)
+    # Collectives whose flag is a variable (`async_op=async_op`, `_coalescing_manager(..., async_ops=async_op) as
+    # cm`) and whose handle this function stores on an object's field: only the travelling-handle query follows
+    # them (travelling_handles.py); where they are launched nothing checks them (the flag is unknown there).
+    handed_works: list[AsyncWork] = field(default_factory=list)
     # (first, last) line of an `if` body and of its `else`: code in one never runs after code in the other.
     branches: list[tuple[int, int, int, int]] = field(default_factory=list)
     # (first, last) line of if/else arms that bind a local name (`stream = self.s1` / `stream = current`): the branch
@@ -238,7 +242,7 @@ class FunctionFacts:
 
     _parts = {
         "calls": Call, "accesses": Access, "syncs": Sync, "regions": Region, "uses": Use, "placements": Placement,
-        "async_copies": AsyncCopy, "async_works": AsyncWork,
+        "async_copies": AsyncCopy, "async_works": AsyncWork, "handed_works": AsyncWork,
     }
 
     def to_dict(self) -> dict[str, Any]:

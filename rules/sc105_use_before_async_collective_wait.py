@@ -58,6 +58,12 @@ class UseBeforeAsyncCollectiveWait(Rule):
         A buffer stored into an element of a local container (`bufs[(i + 1) % 2] = buf`) is followed there:
         another element used in the loop iteration that stored it is the other half of a double buffer, but after
         the loop any element may be it (Megatron's `all_gathered_input[drain_idx]`).
+        A coalescing manager's `cm` (`with dist._coalescing_manager(group, async_ops=...) as cm:`) is the handle
+        of the collectives launched in its body; one launched with a variable flag (`async_op=async_op`) whose
+        handle is stored on an object's field travels as above, to the methods that mention that field (Megatron's
+        `self.param_gather_handle = cm`, waited in `finish_param_sync` before `bucket.param_data` of `for bucket
+        in self.buckets` is read: an element's field through the loop over the object's container is the buffer
+        too). A helper that waits only under a condition does not count as the wait there.
         An event recorded inside `with stream(s):` after the region's work on a tensor the function made or wrote
         stands for that work when the two are handed on together (`return AllGatherResult(out, event, ...)`): a
         function of the file that takes them apart must wait the event (`s.wait_event(event)`, `event.wait()`,
@@ -302,6 +308,33 @@ def copy_out(result, dst):
     torch.cuda.current_stream().wait_event(event)
     dst.copy_(out)
 """,
+        # A coalescing manager's handle stored on the object, waited before the buckets it gathered are read.
+        """
+import torch.distributed as dist
+from torch.distributed import _coalescing_manager
+
+class BucketGroup:
+    def __init__(self, buckets, group):
+        self.buckets = buckets
+        self.group = group
+        self.gather_handle = None
+
+    def start_gather(self, overlap, force_sync=False):
+        if force_sync and self.gather_handle is not None:
+            self.gather_handle.wait()
+        async_op = overlap
+        with _coalescing_manager(self.group, async_ops=async_op) as cm:
+            for bucket in self.buckets:
+                dist.all_gather_into_tensor(bucket.param_data, bucket.shard, group=self.group, async_op=async_op)
+        self.gather_handle = cm if async_op else None
+
+    def finish_gather(self, params):
+        if self.gather_handle is not None:
+            self.gather_handle.wait()
+            self.gather_handle = None
+            for bucket in self.buckets:
+                params.copy_(bucket.param_data)
+""",
     ]
 
     INVALID = [
@@ -519,6 +552,37 @@ def copy_out(result, dst):
     out, event = result
     dst.copy_(out)  # expect: SC105
 """,
+        # ... the same with the wait gone: clearing the handle (and calling a helper that waits only when forced)
+        # orders nothing (Megatron's finish_param_sync).
+        """
+import torch.distributed as dist
+from torch.distributed import _coalescing_manager
+
+class BucketGroup:
+    def __init__(self, buckets, group):
+        self.buckets = buckets
+        self.group = group
+        self.gather_handle = None
+        self.dispatched = False
+
+    def start_gather(self, overlap, force_sync=False):
+        if force_sync and self.gather_handle is not None:
+            self.gather_handle.wait()
+        async_op = overlap
+        with _coalescing_manager(self.group, async_ops=async_op) as cm:
+            for bucket in self.buckets:
+                dist.all_gather_into_tensor(bucket.param_data, bucket.shard, group=self.group, async_op=async_op)
+        self.gather_handle = cm if async_op else None
+        self.dispatched = True
+
+    def finish_gather(self, params):
+        if not self.dispatched:
+            self.start_gather(True)
+        if self.gather_handle is not None:
+            self.gather_handle = None
+            for bucket in self.buckets:
+                params.copy_(bucket.param_data)  # expect: SC105
+""",
     ]
 
     def check(self, program: Program) -> Iterable[Finding]:
@@ -534,7 +598,9 @@ def copy_out(result, dst):
                         reported.add((function.id, work.line))
                         yield finding
         for touch in travelling_touches(program):
-            if not _waited_by_call(program, touch.function, touch.function.facts.line, touch.use.line):
+            # (a helper that waits only under a condition, `if force_sync: self._work.wait()`, orders nothing the
+            # caller can count on: the handle travels to be waited here)
+            if not _waited_by_call(program, touch.function, touch.function.facts.line, touch.use.line, True):
                 yield self._travelling(touch)
         for left in left_in_flight(program, _waited_by_call):
             if (left.function.id, left.work.line) not in reported:  # (a batch's sends after its receives)
@@ -576,6 +642,9 @@ def copy_out(result, dst):
         use, work, facts = touch.use, touch.travel.work, touch.function.facts
         verb = "written" if use.how == "write" else "read"
         launched = touch.launcher.facts.qualname
+        # (a handed work's flag is a variable: async where the handle is stored, as here)
+        launch = f"{work.op}(..., async_op=True)" if work in touch.launcher.facts.async_works else \
+            f"{work.op}(..., async_op=<flag>) as `{work.handle}`"
         return Finding(
             rule=self.id,
             message=(f"`{touch.buffer}` is {verb} while the async `{work.op}` that {launched} launched on it may "
@@ -583,7 +652,7 @@ def copy_out(result, dst):
             primary=location(touch.function, use.line, use.column, ROLE_WRITE if use.how == "write" else ROLE_READ,
                              f"{use.arg or 'use'} of `{use.path}` in {facts.qualname}"),
             related=(location(touch.launcher, work.line, work.column, ROLE_CALL,
-                              f"{work.op}(..., async_op=True), stored as `.{touch.travel.handle_field}` "
+                              f"{launch}, stored as `.{touch.travel.handle_field}` "
                               f"beside `.{touch.travel.buffer_field}`"),),
             fix=f"Call `{touch.handle}.wait()` before line {touch.first_mention[0]}, where the handle first turns up.",
             kind="WAR" if use.how == "write" else "RAW",
@@ -669,21 +738,31 @@ def copy_out(result, dst):
         return None
 
 
-def _waited_by_call(program: Program, function: Function, start: int, end: int) -> bool:
+def _waited_by_call(program: Program, function: Function, start: int, end: int, always: bool = False) -> bool:
+    """Whether a call between lines `start` and `end` reaches a handle's wait (with `always`, one made on every
+    path through the callee: not in a block under a condition)."""
     for call, edges in program.calls_of(function.id):
-        if start < call.line < end and any(edge.exact and _waits_handle(program, edge.callee) for edge in edges):
+        if start < call.line < end and any(edge.exact and _waits_handle(program, edge.callee, always)
+                                           for edge in edges):
             return True
     return False
 
 
-def _waits_handle(program: Program, fid: str) -> bool:
+def _waits_handle(program: Program, fid: str, always: bool = False) -> bool:
     memo = _waiting_memo.setdefault(program, {})
-    if fid not in memo:
-        memo[fid] = False  # cycles
+    key = (fid, always)
+    if key not in memo:
+        memo[key] = False  # cycles
         facts = program.functions[fid].facts
-        memo[fid] = any(u.how == "wait" and u.arg != EVENT_WAIT for u in facts.uses) or any(
-            edge.exact and _waits_handle(program, edge.callee) for _, edges in program.calls_of(fid) for edge in edges)
-    return memo[fid]
+        memo[key] = any(u.how == "wait" and u.arg != EVENT_WAIT and not (always and _guarded(facts, u.line))
+                        for u in facts.uses) or any(
+            edge.exact and _waits_handle(program, edge.callee, always) for call, edges in program.calls_of(fid)
+            if not (always and _guarded(facts, call.line)) for edge in edges)
+    return memo[key]
+
+
+def _guarded(facts, line: int) -> bool:
+    return any(first <= line <= last for first, last in facts.guarded)
 
 
 def _event_finding(rule_id: str, function: Function, work: AsyncWork, tensor: str, use, held: str,

@@ -51,12 +51,15 @@ def _destinations(fn: FunctionFacts, path: str) -> set[str]:
 
 def travels_in(fn: FunctionFacts) -> list[Travel]:
     travels = []
-    for work in fn.async_works:
+    for work in fn.async_works + fn.handed_works:
         if not work.handle:
             continue
+        # A handed work's buffers also through its aliases: an element's field through the loop over a container
+        # of the object (`bucket.param_data` of `for bucket in self.buckets` is `self.buckets.param_data`).
+        held = [(a, {a}) for a in work.aliases if "." in a and "[" not in a] if work in fn.handed_works else []
         for handle in sorted(_destinations(fn, work.handle)):
-            for tensor in work.tensors:
-                for buffer in sorted(_destinations(fn, tensor)):
+            for tensor, buffers in [(t, _destinations(fn, t)) for t in work.tensors] + held:
+                for buffer in sorted(buffers):
                     (h_root, h_field), (b_root, b_field) = split_root(handle), split_root(buffer)
                     if h_root == b_root and h_field != b_field:
                         travels.append(Travel(h_field, b_field, h_root in ("self", "cls"), work, tensor))
@@ -80,12 +83,20 @@ def held_through(fn: FunctionFacts, fields: set[str]) -> set[str]:
     `v = g.view(-1)`): the uses the travelling-handle query needs kept."""
     if not fields:
         return set()
-    held = {u.path for u in fn.uses if split_root(u.path)[1] in fields}
+    held = {u.path for u in fn.uses if any(split_root(p)[1] in fields for p in as_fields(fn, u.path))}
     while True:
         aliases = {bound_local(u) for u in fn.uses if u.path in held} - held - {None}
         if not aliases:
             return held
         held |= aliases
+
+
+def as_fields(fn: FunctionFacts, path: str) -> list[str]:
+    """`path`, and what it is through a loop over a container (`bucket.param_data` in `for bucket in self.buckets`:
+    `self.buckets.param_data`, FunctionFacts.derived)."""
+    root, _, rest = path.partition(".")
+    return [path] + sorted({f"{source}.{rest}" for local, source, _line in fn.derived
+                            if local == root and rest and "[" not in source})
 
 
 @dataclass(frozen=True)
@@ -140,11 +151,13 @@ def _first_unwaited_touch(function: "Function", travel: Travel) -> tuple[Use, st
                     continue  # the binding that made it an alias
                 names.discard(use.path)  # a new buffer (or none) there; the names bound from it keep the old one
                 continue
-            alias = bound_local(use) if use.path in names else None
+            # (an element's field, through the loop over the container: `bucket.param_data`)
+            held = use.path in names or buffer in as_fields(function.facts, use.path)
+            alias = bound_local(use) if held else None
             if alias:
                 names.add(alias)  # `g = req.tensor`: g is the buffer too
                 bound_at[alias] = use.line
                 continue
-            if use.path in names and use.how in TOUCHES and use.arg not in MENTIONS:
+            if held and use.how in TOUCHES and use.arg not in MENTIONS:
                 return use, buffer, handle
     return None
