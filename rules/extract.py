@@ -299,7 +299,7 @@ class _FactsVisitor(CallsAndAccesses, Bindings, RegionsAndBlocks, ast.NodeVisito
             self.visit(stmt)
         self.class_stack.pop()
         if self.detailed:
-            fn.kept_events = kept_facts(node)
+            fn.kept_events = kept_facts(node, self.src_lines if self.lines_as_parsed else None)
             for fact in fn.kept_events:
                 self._keep_line(fact[4])
         _drop_unwritten_locals(fn)

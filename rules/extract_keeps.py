@@ -25,8 +25,10 @@ _POPS = frozenset({"pop", "popleft", "popitem"})
 _WAITS = frozenset({"wait_event", "wait", "synchronize", "query", "wait_stream"})
 
 
-def kept_facts(node: ast.FunctionDef | ast.AsyncFunctionDef) -> list[KEEP]:
-    statements = list(_own_nodes(node))
+def kept_facts(node: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str] | None) -> list[KEEP]:
+    """The facts of one function. `lines`: its file's source lines as the parser numbered them, for a cheap test
+    of where a wait can be (None: every expression is walked)."""
+    statements = list(_own_statements(node))
     aliases: dict[str, str] = {}  # local -> the container path it names
     elements: dict[str, str] = {}  # local -> the container its value was taken from
     for stmt in statements:
@@ -68,8 +70,7 @@ def kept_facts(node: ast.FunctionDef | ast.AsyncFunctionDef) -> list[KEEP]:
                     found.append(("pair", container, *_event_text(call.args[0]), stmt.lineno, stmt.col_offset + 1))
                 elif (func.attr == "clear" or func.attr in _POPS) and container:
                     found.append(("drop", container, "", "", stmt.lineno, stmt.col_offset + 1))
-    for expr in statements:
-        if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in _WAITS:
+    for expr in _wait_calls(statements, lines):
             for text in [expr.func.value] + list(expr.args):
                 container = _element_of(text, aliases, elements)
                 if container:
@@ -78,15 +79,76 @@ def kept_facts(node: ast.FunctionDef | ast.AsyncFunctionDef) -> list[KEEP]:
     return sorted(set(found), key=lambda k: (k[4], k[5], k[0], k[1], k[2], k[3]))
 
 
-def _own_nodes(node: ast.AST):
-    """Every node of the function's body, in source order, not those of nested functions, lambdas or classes."""
-    stack = list(reversed(node.body))
+_BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+
+
+def _own_statements(node: ast.FunctionDef | ast.AsyncFunctionDef):
+    """The statements of the function's body at every depth, in source order, not those of nested functions or
+    classes (statements are a tenth of a body's nodes: walking every node here was a quarter of the facts pass)."""
+    stack = [s for s in reversed(node.body) if not isinstance(s, _SCOPES)]
     while stack:
         current = stack.pop()
         yield current
-        children = [c for c in ast.iter_child_nodes(current)
-                    if not isinstance(c, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef))]
-        stack.extend(reversed(children))
+        for field in _BODIES:
+            for child in reversed(getattr(current, field, None) or ()):
+                if isinstance(child, (ast.ExceptHandler, ast.match_case)):
+                    stack.extend(reversed([s for s in child.body if not isinstance(s, _SCOPES)]))
+                elif not isinstance(child, _SCOPES):
+                    stack.append(child)
+
+
+def _wait_calls(statements: list[ast.stmt], lines: list[str] | None):
+    """The calls of a wait-like method in the statements' own expressions (not in lambdas): only expressions
+    whose source lines name one of _WAITS are walked."""
+    for stmt in statements:
+        if lines is not None and not isinstance(stmt, (ast.Try, ast.Match)) and not _names_a_wait(
+                lines[stmt.lineno - 1:_header_end(stmt)]):
+            continue  # (a try's handlers and a match's cases sit below its body: no header to test)
+        for expr in _expressions(stmt):
+            if lines is not None and not _names_a_wait(lines[expr.lineno - 1:expr.end_lineno or expr.lineno]):
+                continue
+            stack = [expr]
+            while stack:
+                current = stack.pop()
+                if isinstance(current, ast.Call) and isinstance(current.func, ast.Attribute) \
+                        and current.func.attr in _WAITS:
+                    yield current
+                stack.extend(c for c in ast.iter_child_nodes(current) if not isinstance(c, ast.Lambda))
+
+
+_WAIT_WORDS = ("wait", "synchronize", "query")  # every name of _WAITS holds one
+
+
+def _names_a_wait(lines: list[str]) -> bool:
+    return any(word in line for line in lines for word in _WAIT_WORDS)
+
+
+def _header_end(stmt: ast.stmt) -> int:
+    """The last line of the statement's own text: all of a simple one, a compound one's up to its body."""
+    body = getattr(stmt, "body", None)
+    if body:
+        return max(stmt.lineno, body[0].lineno - 1) if body[0].lineno > stmt.lineno else stmt.lineno
+    return stmt.end_lineno or stmt.lineno
+
+
+def _expressions(stmt: ast.stmt):
+    """The expressions a statement holds itself (its header's, for a compound statement; a handler's type, a
+    case's pattern guard), not those of its nested statements."""
+    for field, value in ast.iter_fields(stmt):
+        if field in _BODIES and field != "handlers" and field != "cases":
+            continue
+        for item in value if isinstance(value, list) else (value,):
+            if isinstance(item, ast.ExceptHandler):
+                if item.type is not None:
+                    yield item.type
+            elif isinstance(item, ast.match_case):
+                if item.guard is not None:
+                    yield item.guard
+            elif isinstance(item, ast.expr) and not isinstance(item, ast.Lambda):
+                yield item
+            elif isinstance(item, (ast.withitem, ast.comprehension, ast.keyword, ast.arguments)):
+                yield from (c for c in ast.iter_child_nodes(item) if isinstance(c, ast.expr))
 
 
 def _path(expr: ast.AST, aliases: dict[str, str]) -> str:
