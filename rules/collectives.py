@@ -25,8 +25,10 @@ _FIRST_OUT = Outputs((0,), ("output", "output_tensor", "output_tensor_list", "te
 _IN_PLACE = Outputs((0,), ("tensor", "tensors", "tensor_list"), in_place=True, tensor_positions=1)
 
 COLLECTIVE_OUTPUTS: dict[str, Outputs] = {
-    **dict.fromkeys(("all_gather", "all_gather_into_tensor", "_all_gather_base", "all_gather_coalesced",
-                     "allgather_fn", "all_gather_base", "reduce_scatter", "reduce_scatter_tensor",
+    # `all_gather_single` / `reduce_scatter_single`: torch 2.13's names (`_into_tensor` / `_tensor` deprecated)
+    **dict.fromkeys(("all_gather", "all_gather_into_tensor", "all_gather_single", "_all_gather_base",
+                     "all_gather_coalesced", "allgather_fn", "all_gather_base", "reduce_scatter",
+                     "reduce_scatter_tensor", "reduce_scatter_single",
                      "_reduce_scatter_base", "reduce_scatter_fn", "reduce_scatter_coalesced", "all_to_all",
                      "all_to_all_single"), _FIRST_OUT),
     **dict.fromkeys(("all_reduce", "all_reduce_coalesced", "allreduce_fn", "inference_all_reduce", "broadcast",

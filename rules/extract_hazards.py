@@ -753,7 +753,9 @@ def _binds_a_name(statements: list[ast.stmt]) -> bool:
             continue
         if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            if any(isinstance(t, ast.Name) for target in targets for t in ast.walk(target)):
+            # (`state._event = None` binds no local: its `state` is loaded)
+            if any(isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)
+                   for target in targets for t in ast.walk(target)):
                 return True
         pending.extend(ast.iter_child_nodes(node))
     return False

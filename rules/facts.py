@@ -208,7 +208,7 @@ class FunctionFacts:
     # (first, last) line of an `if` body and of its `else`: code in one never runs after code in the other.
     branches: list[tuple[int, int, int, int]] = field(default_factory=list)
     # (first, last) line of if/else arms that bind a local name (`stream = self.s1` / `stream = current`): the branch
-    # chooses a value, and an ordering in one arm may belong to that choice (races._ways_through_branches).
+    # chooses a value, and an ordering in one arm may belong to that choice (races.ways_through_branches).
     choosing: list[tuple[int, int]] = field(default_factory=list)
     # (first, last) line of conditional blocks that end in return / raise / continue / break: code in one never
     # runs before code after it.

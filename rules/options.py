@@ -16,9 +16,9 @@ DEFAULT_STREAM_CONTEXTS = ("stream", "StreamContext", "stream_context", "_stream
 
 # Calls that hand tensors to a communication library (a consumer that runs on its own stream).
 DEFAULT_COLLECTIVES = (
-    "all_gather", "all_gather_into_tensor", "_all_gather_base", "all_gather_coalesced", "allgather_fn",
-    "all_reduce", "all_reduce_coalesced", "allreduce_fn", "reduce_scatter", "reduce_scatter_tensor",
-    "_reduce_scatter_base", "reduce_scatter_fn", "reduce_scatter_coalesced", "broadcast", "reduce",
+    "all_gather", "all_gather_into_tensor", "all_gather_single", "_all_gather_base", "all_gather_coalesced",
+    "allgather_fn", "all_reduce", "all_reduce_coalesced", "allreduce_fn", "reduce_scatter", "reduce_scatter_tensor",
+    "reduce_scatter_single", "_reduce_scatter_base", "reduce_scatter_fn", "reduce_scatter_coalesced", "broadcast", "reduce",
     "all_to_all", "all_to_all_single", "send", "recv", "isend", "irecv", "gather", "scatter",
 )
 

@@ -75,6 +75,13 @@ def ordered_between(program: "Program", function: Function, after: Position, bef
     `later` launched afterwards follow earlier work of stream `earlier`. `frame` is the stream the function's
     own current stream stands for (a region's, when a chain of calls from it reached the function). Up to the
     function's END, an ordering after a block that returns (`if not remote: return`) is not on every way out."""
+    ways = ways_through_branches(function, window_between(program, function, after, before, frame), after, before)
+    return all(ordered_by(program, way, earlier, later) for _branch, way in ways)
+
+
+def window_between(program: "Program", function: Function, after: Position, before: Position,
+                   frame: str = CURRENT_STREAM) -> list[Ordering]:
+    """The orderings `ordered_between` reads, each arm of an if/else included (in `frame`, in source order)."""
     def between(line: int, column: int) -> bool:
         return after < (line, column) < before and not exits_before(function, line, before[0]) \
             and not exclusive(function.facts, line, before[0]) and not exclusive(function.facts, after[0], line) \
@@ -86,18 +93,18 @@ def ordered_between(program: "Program", function: Function, after: Position, bef
         return replace(ordering, waiter=frame if ordering.waiter == CURRENT_STREAM else ordering.waiter,
                        target=frame if ordering.target == CURRENT_STREAM else ordering.target)
 
-    ways = _ways_through_branches(function, _window(program, function, between, in_frame), after, before)
-    return all(ordered_by(program, way, earlier, later) for way in ways)
+    return _window(program, function, between, in_frame)
 
 
-def _ways_through_branches(function: Function, window: list[Ordering], after: Position, before: Position):
-    """The window as each way through an if/else between the two positions leaves it, where one arm orders and
+def ways_through_branches(function: Function, window: list[Ordering], after: Position, before: Position):
+    """(branch, way): the window as each way through an if/else between the two positions leaves it (the whole
+    window first, with branch None; then each branch of FunctionFacts.branches it skips), where one arm orders and
     the other does nothing of the kind (`if event: s.wait_event(event) else: log(...)`): the way through the
     other arm is not ordered by the first arm's waits. Left as orderings that may run (the lenient reading; a
     "must" reading of every guard flooded real code with correlated guards): a bare `if`, an if/else whose two
     arms both order (the author chose a wait for each way), and arms that bind a name (`stream = self.s1` /
     `stream = current_stream()`: the wait belongs to the stream chosen with it)."""
-    yield window
+    yield None, window
     choosing = function.facts.choosing
     for body_start, body_end, else_start, else_end in function.facts.branches:
         if not (after[0] < body_start and else_end < before[0]) \
@@ -106,7 +113,8 @@ def _ways_through_branches(function: Function, window: list[Ordering], after: Po
         in_body = any(body_start <= o.line <= body_end for o in window)
         in_else = any(else_start <= o.line <= else_end for o in window)
         if in_body != in_else:
-            yield [o for o in window if not (body_start <= o.line <= body_end or else_start <= o.line <= else_end)]
+            yield (body_start, body_end, else_start, else_end), [
+                o for o in window if not (body_start <= o.line <= body_end or else_start <= o.line <= else_end)]
 
 
 def _window(program: "Program", function: Function, between, in_frame) -> list[Ordering]:

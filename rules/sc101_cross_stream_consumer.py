@@ -15,6 +15,7 @@ from .program import Function, Program
 from .races import Context, contexts, matching, unordered
 from .rule import Rule, location, way_of
 from .streams import CURRENT_STREAM, as_code, display, stream_words
+from .waits_on_one_way import writes_waited_on_one_way
 
 MAX_READS_SHOWN = 3
 
@@ -832,6 +833,7 @@ class InputAwaitable:
                 yield _finding(program, writer, write, races)
         yield from reads_of_outside_producers(program, self.id)
         yield from writes_for_outside_consumers(program, self.id)
+        yield from writes_waited_on_one_way(program, self.id)
 
 
 def _finding(program: Program, writer: Function, write: Access,
