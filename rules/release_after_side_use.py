@@ -18,6 +18,7 @@ from .summaries import call_lifetimes
 
 CALLEE_REGION = -2  # the region index of a use by a callee on its own side stream (no region of this function)
 DATA_USES = frozenset({"read", "write", "host", "stream"})
+STORAGE_FREES = frozenset({"resize_", "storage().resize_", "untyped_storage().resize_"})  # free the block itself
 FREES = {"del": "`del`", "del[]": "`del` of its container item", ".data=": "`.data = ...`", "resize_": "`resize_`",
          "storage().resize_": "`storage().resize_`", "untyped_storage().resize_": "`untyped_storage().resize_`"}
 
@@ -84,15 +85,18 @@ def _release(program: Program, rule_id: str, function: Function, index: int, reg
     allocated_here = local and bool(fresh) and max(fresh, key=lambda p: p.line).fresh
     release: Use | None = None
     stored = False
-    for use in uses_after(facts, path, first_use.line):
+    later = list(uses_after(facts, path, first_use.line))
+    for position, use in enumerate(later):
         if use.how == "escape" and local and _stored(facts, use) and (
                 allocated_here or _allocated_by_helper(program, function, index, region, path)):
             # Stored for other code (`state[key] = buf`, `dest.data = buf`): freed there, later, by code that
             # does not know a side stream used the block; only a record or a wait before it leaves orders that.
             release, stored = use, True
             break
+        if use.how == "escape" and not _storage_freed_later(later[position + 1:]):
+            return None  # handed on: whoever holds it last frees it, after what it waits for
         if use.how == "escape":
-            return None
+            continue  # ... unless this function frees the storage itself afterwards (below)
         if use.how == "free" and (allocated_here or not local or use.arg != "del"):
             release = use
             break
@@ -132,6 +136,18 @@ def _release(program: Program, rule_id: str, function: Function, index: int, reg
         symbol=facts.qualname,
         extra={"path": path, "stream": stream},
     )
+
+
+def _storage_freed_later(uses: list[Use]) -> bool:
+    """A later `x.untyped_storage().resize_(0)` / `x.resize_(...)` of the same tensor before it is rebound: that
+    frees the block whatever else still holds a reference (torchrec's stash appends each tensor to a list, then
+    frees the storage of every element it appended), so handing the tensor on does not end the query there."""
+    for use in uses:
+        if use.how == "rebind":
+            return False
+        if use.how == "free" and use.arg in STORAGE_FREES:
+            return True
+    return False
 
 
 def _replaced_by_helper(program: Program, function: Function, rebind: Use, path: str) -> bool:

@@ -21,8 +21,9 @@ class FreeAfterSideStreamUse(Rule):
         stream), used inside it, and then released by the same function (inside the region after the use, or
         after it): `del x`, rebinding the local that held the only reference or the attribute that held it
         (`param.grad = None`), `x.data = <new tensor>` (not a swap to another tensor it holds),
-        `x.resize_(...)`, `x.storage().resize_(0)`, `del container[key]`, an attribute rebound to what a scanned
-        helper makes of it (`self.splits = to_cpu(self.splits)`, when the helper returns a new tensor), or the end
+        `x.resize_(...)`, `x.storage().resize_(0)` (also after the tensor was handed on, e.g. appended to a list:
+        a storage resize frees the block whatever else holds it), `del container[key]`, an attribute rebound to
+        what a scanned helper makes of it (`self.splits = to_cpu(self.splits)`, when the helper returns a new tensor), or the end
         of the function for a local it allocated and never handed out. A `record_stream` by a scanned helper the
         tensor is passed to counts as the function's own (summaries.parameter_lifetimes). A local it allocated (or got from a scanned helper that allocates it) and then stores
         for later code (`state[key] = buf`, `dest.data = buf`, `obj.f = buf`) counts as released there, unless
@@ -360,6 +361,25 @@ def has_overflow(tracker, side, group):
     dist.all_reduce(overflow, group=group)
     return overflow.item() > 0
 """,
+        # Handed on into a list, then its storage freed by the same function: recorded for the copy stream first
+        # (torchrec's memory stashing).
+        """
+import torch
+
+
+def stash(tensors, d2h_stream):
+    stash_data = []
+    d2h_stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(d2h_stream):
+        for tensor in tensors:
+            cpu_buffer = torch.empty(tensor.shape, device="cpu", pin_memory=True)
+            cpu_buffer.copy_(tensor, non_blocking=True)
+            tensor.record_stream(d2h_stream)
+            stash_data.append((tensor, cpu_buffer))
+        for tensor, _ in stash_data:
+            tensor.untyped_storage().resize_(0)
+    return stash_data
+""",
     ]
 
     INVALID = [
@@ -654,6 +674,24 @@ def prefetch(context, modules, dist_stream, forward_stream):
         torch.cuda.current_stream().wait_stream(dist_stream)
         data.record_stream(torch.cuda.current_stream())
         module.prefetch(data, forward_stream=forward_stream)  # expect: SC104
+""",
+        # ... without the record: `resize_(0)` frees the block whatever the list still holds, while the D2H copy
+        # may still read it.
+        """
+import torch
+
+
+def stash(tensors, d2h_stream):
+    stash_data = []
+    d2h_stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(d2h_stream):
+        for tensor in tensors:
+            cpu_buffer = torch.empty(tensor.shape, device="cpu", pin_memory=True)
+            cpu_buffer.copy_(tensor, non_blocking=True)
+            stash_data.append((tensor, cpu_buffer))
+        for tensor, _ in stash_data:
+            tensor.untyped_storage().resize_(0)  # expect: SC104
+    return stash_data
 """,
     ]
 

@@ -203,3 +203,47 @@ def test_imports_through_a_namespace_package_resolve():
     assert (finding.primary.path, finding.primary.line, finding.kind, finding.extra["path"]) == (
         "megatron/core/moe/dispatcher.py", line_of(dispatcher, "self.input_splits = move_to_cpu("), "FREE",
         "self.input_splits")
+
+
+STASH = """
+import torch
+
+
+def chunked_copy_(dst, src):
+    dst.copy_(src, non_blocking=True)
+
+
+def stash(tensors, d2h_stream):
+    stash_data = []
+    d2h_stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(d2h_stream):
+        for tensor in tensors:
+            cpu_buffer = torch.empty(tensor.shape, device="cpu", pin_memory=True)
+            chunked_copy_(cpu_buffer, tensor)
+            tensor.record_stream(d2h_stream)
+            stash_data.append((tensor, cpu_buffer))
+        for tensor, _ in stash_data:
+            tensor.untyped_storage().resize_(0)
+    return stash_data
+"""
+STASH_RECORD = "            tensor.record_stream(d2h_stream)\n"
+
+
+def test_storage_freed_after_the_tensor_went_into_a_list_is_still_its_release():
+    # torchrec 1.9.2 memory_stashing.py: the list holds a reference, but resize_(0) frees the block regardless
+    assert _sc104({"stash.py": STASH}) == []
+    source = STASH.replace(STASH_RECORD, "")
+    [finding] = _sc104({"stash.py": source})
+    assert (finding.rule, finding.primary.path, finding.primary.line, finding.kind) == (
+        "SC104", "stash.py", line_of(source, "tensor.untyped_storage().resize_(0)"), "FREE")
+    assert finding.extra == {"path": "tensor", "stream": "d2h_stream"}
+    assert [(r.role, r.line) for r in finding.related] == [
+        ("read", line_of(source, "chunked_copy_(cpu_buffer, tensor)")),
+        ("stream context", line_of(source, "with torch.cuda.stream(d2h_stream)"))]
+
+
+def test_a_tensor_handed_on_and_only_dropped_later_is_not_judged_here():
+    # `del` / rebinding drops one reference of several: the list's holder frees it, after what it waits for
+    source = STASH.replace(STASH_RECORD, "").replace(
+        "            tensor.untyped_storage().resize_(0)", "            del tensor")
+    assert _sc104({"stash.py": source}) == []
