@@ -129,3 +129,34 @@ def _evaluate(text: str) -> int:
         raise ValueError(text)
 
     return value(ast.parse(text, mode="eval").body)
+
+
+HOLDERS = ("append", "insert", "appendleft")  # `chunks.append(Chunk(x))`: the constructed object goes into chunks
+
+
+def object_of(program: Program, anchor: Function, chain: tuple, function: Function, access: Access) -> str | None:
+    """The local of `anchor` (the function an access's context starts in) whose object the access touches, when
+    the engine can tell: the receiver of the method call that reaches an access to `self.<attr>` (`global_k[i]
+    .load_to_gpu()`: `global_k`), the local a constructed object is put into (`global_o.append(SequenceChunk(x))`:
+    `global_o`), or the root of a direct access's path (`global_k.gpu_chunk`). Two accesses of one function body
+    through two different locals are two objects: DeepSpeed FPDT keeps the chunks of q, k, v and the layernorm
+    output in lists of SequenceChunk objects whose methods all name the same `self.gpu_chunk` and `self.cpu_chunk`."""
+    root, dot, _rest = access.path.partition(".")
+    if not chain:
+        return root if dot and root not in ("self", "cls") and not access.owner else None
+    edge = chain[0]
+    callee = program.functions[edge.callee]
+    if root != "self" or not dot or not callee.owner or (callee.file.path, callee.owner) != (function.file.path,
+                                                                                           function.owner):
+        return None  # not an attribute of the object the first call is made on
+    call = edge.call
+    if callee.facts.name == "__init__":
+        made = {(line, column): local for local, line, column in anchor.facts.call_results}
+        if (call.line, call.column) in made:
+            return made[(call.line, call.column)]
+        holders = [c for c in anchor.facts.calls if c.line == call.line and c.column < call.column
+                   and c.callee.rsplit(".", 1)[-1] in HOLDERS]
+        receiver = max(holders, key=lambda c: c.column).callee.rpartition(".")[0] if holders else ""
+    else:
+        receiver = call.callee.rpartition(".")[0].replace("[]", "")
+    return receiver if receiver.isidentifier() and receiver not in ("self", "cls") else None

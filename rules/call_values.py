@@ -16,7 +16,9 @@ At each call the callee's facts (FunctionFacts.returned, keeps, hands_out) becom
   keeps in a container of its own (`self.saved[tag] = state`) is written into that container;
 - **handed out**: what the caller does later to the local bound to the handed-out element, it does to the
   receiver's container (`self.groups._tensors`); `_tensors` then pairs by its name with the store above
-  (aliasing.access_keys).
+  (aliasing.access_keys);
+- **handed back**: a call of an accessor (`chunks[k].get_gpu_chunk()`, every return `return self.gpu_chunk`,
+  FunctionFacts.hands_back) reads that attribute of the receiver (`chunks.gpu_chunk`) at the call.
 A call is followed through its exact edges, or through its one edge when the method's name resolves to a single
 function of the program (`group.push_tensor`: the receiver is a local whose class the scan does not know).
 """
@@ -53,6 +55,7 @@ def value_accesses(program: "Program", function: "Function") -> list[Access]:
         receiver = call.callee.rpartition(".")[0].replace("[]", "")  # `self.groups[i].pop_tensor`: self.groups
         if not receiver:
             continue
+        found.extend(_accessor_read(callee, call, receiver))
         for param, container, _line in callee.facts.keeps:
             if param not in callee.facts.params:
                 continue
@@ -65,6 +68,18 @@ def value_accesses(program: "Program", function: "Function") -> list[Access]:
                 found.extend(replace(a, path=path, index="", fresh=False) for a in own
                              if a.path == local and a.line >= call.line and a.kind == "read")
     return found
+
+
+def _accessor_read(callee: "Function", call: Call, receiver: str) -> list[Access]:
+    """`chunks[k].get_gpu_chunk()` where the method takes no arguments, touches no tensor itself and every return
+    is `return self.gpu_chunk`: the caller reads `chunks.gpu_chunk` at the call, on the call's stream (the
+    element's attribute, as summaries.bind names it). A method that works and then returns the attribute
+    (`load(batch)`: copy into `self.staged`, return it) hands out a result, not an accessor's read."""
+    attrs = set(callee.facts.hands_back)
+    if len(attrs) != 1 or "" in attrs or "(" in receiver or call.args or callee.facts.accesses \
+            or callee.facts.regions:
+        return []
+    return [Access("read", f"{receiver}.{attrs.pop()}", call.line, call.column, callee.facts.name, call.region)]
 
 
 def handed_out(program: "Program", function: "Function") -> dict[str, tuple[str, int]]:

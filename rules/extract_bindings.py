@@ -92,6 +92,11 @@ class Bindings(ast.NodeVisitor):
             container = _taken_out_of(node.value)
             if container and container.startswith("self.") and container.count(".") == 1:
                 self.fn.hands_out.append(container)
+        if self.detailed:
+            # `return self.gpu_chunk`: an accessor (FunctionFacts.hands_back); "" for any other return
+            path = (access_path(node.value) if isinstance(node.value, ast.Attribute) else "") or ""
+            self.fn.hands_back.append(path[len("self."):] if path.startswith("self.") and path.count(".") == 1
+                                      else "")
         self.generic_visit(node)
 
     def _packed(self, target: ast.AST, value: ast.AST) -> None:
@@ -163,12 +168,17 @@ class Bindings(ast.NodeVisitor):
                 and value.id in self.written_locals.get(id(self.fn), set()):
             # `self._out = out` after `out` was written inside `with stream(s):` (torchrec's maglev awaitable
             # launches the exchange in `__init__` and reads `self._out_bufs` in `wait`): the attribute holds s's
-            # output, written where the local was
+            # output, written where the local was. Outside a region too: a method called under a caller's region
+            # (DeepSpeed FPDT's `load_to_gpu`: `gpu_chunk = torch.empty(...)`, `gpu_chunk.copy_(self.cpu_chunk,
+            # non_blocking=True)`, `self.gpu_chunk = gpu_chunk`) writes the attribute on that stream; a fresh
+            # write there, as the local held a new allocation (no overwrite of what the attribute held).
             path = access_path(target)
             if path and path.startswith("self."):
+                made = [p.line for p in self.fn.placements if p.path == value.id and p.fresh]
                 self.fn.accesses.extend(
-                    replace(a, path=path, index="", fresh=False) for a in list(self.fn.accesses)
-                    if a.kind == "write" and a.path == value.id and a.region != NO_REGION)
+                    replace(a, path=path, index="", fresh=a.region == NO_REGION and (
+                        a.fresh or any(line <= a.line for line in made)))
+                    for a in list(self.fn.accesses) if a.kind == "write" and a.path == value.id)
             return
         if isinstance(target, ast.Subscript):
             container = access_path(target.value)

@@ -236,6 +236,10 @@ class FunctionFacts:
     returned: list[str] = field(default_factory=list)
     keeps: list[tuple[str, str, int]] = field(default_factory=list)
     hands_out: list[str] = field(default_factory=list)
+    # The attribute of `self` every `return` of an accessor hands back (`return self.gpu_chunk`: ["gpu_chunk"]);
+    # one name per return, empty when any return gives something else (call_values.py reads a call of it as a
+    # read of that attribute of the receiver).
+    hands_back: list[str] = field(default_factory=list)
     # (how, container, element, others, line, column): containers keeping tensors with an event, the drops of
     # their elements and the waits on those events (extract_keeps.py, kept_with_events.py).
     kept_events: list[tuple[str, str, str, str, int, int]] = field(default_factory=list)
@@ -270,6 +274,7 @@ class FunctionFacts:
         kwargs["returned"] = list(data.get("returned", ()))
         kwargs["keeps"] = [tuple(t) for t in data.get("keeps", ())]
         kwargs["hands_out"] = list(data.get("hands_out", ()))
+        kwargs["hands_back"] = list(data.get("hands_back", ()))
         kwargs["kept_events"] = [tuple(t) for t in data.get("kept_events", ())]
         for key, kind in cls._parts.items():
             kwargs[key] = [_build(kind, item) for item in data.get(key, ())]

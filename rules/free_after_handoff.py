@@ -208,7 +208,7 @@ def _waits_for_current_later(program: Program, function: Function, stream: str, 
     if stream not in waiting:
         waiting[stream] = [(fn.id, o.line) for fn in program.functions.values() for o in orderings_of(program, fn)
                            if o.waiter == stream and waits_for(program, o, CURRENT_STREAM)]
-    shared = "@" in stream  # a `self.` stream is the same one in the class's other methods; a local name is not
+    shared = stream.startswith(("self.", "cls."))  # one stream in the class's other methods; a local is not
     return any((fid != function.id and shared) or (fid == function.id and at > line) for fid, at in waiting[stream])
 
 

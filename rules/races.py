@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Iterator
 
-from .aliasing import access_keys, same_element
+from .aliasing import access_keys, object_of, same_element
 from .callgraph import Edge, Function
 from .facts import NO_REGION, Access, FunctionFacts, exclusive
 from .orderings import EVENT, Ordering, ordered_by, orderings_of, recording_stream, site_stream
@@ -189,7 +189,7 @@ def ordered_after(program: "Program", context: Context, earlier: str, later: str
 def _after_in(program: "Program", function: Function, position: Position, earlier: str, later: str,
               consumers: frozenset[str], frame: str) -> tuple[bool, bool]:
     """(an ordering follows `position` in `function` before a call that may run a consumer, such a call)."""
-    limit = _first_reaching_call(program, function, position, consumers)
+    limit = _first_reaching_call(program, function, position, consumers, later)
     if ordered_between(program, function, position, limit, earlier, later, frame):
         return True, False
     if _event_handed_off(program, function, position, earlier, later):
@@ -235,16 +235,26 @@ RUNS_HOOKS = frozenset({"backward", "grad", "run_backward"})
 
 
 def _first_reaching_call(program: "Program", function: Function, position: Position,
-                         consumers: frozenset[str]) -> Position:
-    """The first call after `position` (not on its line) that may run a consumer."""
+                         consumers: frozenset[str], later: str = UNKNOWN) -> Position:
+    """The first call after `position` (not on its line) that may run a consumer on the reader's stream `later`:
+    a call inside a region of another named stream runs it there, as another context (DeepSpeed FPDT's forward
+    calls `load_to_gpu` under its own `offload_stream`; the reader is the backward's call under its stream)."""
     for call, edges in program.calls_of(function.id):
         if (call.line, call.column) <= position or call.line == position[0]:
             continue
         if call.callee.rsplit(".", 1)[-1] in RUNS_HOOKS:
             return (call.line, call.column)
+        if call.region != NO_REGION and _named(later):
+            there = site_stream(program, function, call.region)
+            if _named(there) and there != later:
+                continue
         if any(program.reaches(edge.callee, consumers) for edge in edges):
             return (call.line, call.column)
     return END
+
+
+def _named(stream: str) -> bool:
+    return stream not in (CURRENT_STREAM, UNKNOWN) and not stream.startswith(PARAM)
 
 
 def ordered_before(program: "Program", context: Context, earlier: str) -> bool:
@@ -306,6 +316,9 @@ def unordered(program: "Program", first: Context, second: Context) -> bool:
     if first_fn is second_fn:
         if exclusive(first_fn.facts, first_at[0], second_at[0]):
             return False  # the two arms of one if/else: one of them runs
+        objects = {object_of(program, first_fn, c.chain, c.function, c.access) for c in (first, second)}
+        if len(objects) == 2 and None not in objects:
+            return False  # the attributes of two objects the body holds in two locals
         if first_at >= second_at:
             loop = loop_around(first_fn.facts, first_at[0], second_at[0]) if first_at > second_at else None
             if loop is None or ordered_across_iterations(program, first_fn, first_at, second_at, loop,

@@ -9,6 +9,8 @@
 - `self.<attr>@<owner>`: an attribute of `self`, owned by the class that first assigns it (see Program.attr_owner),
   so one class's `self.side` is one stream in all its methods and subclasses, and sibling classes' are two.
 - `param:<name>`: a parameter of the function; at a call it stands for the caller's argument.
+- `<local>@<function id>`: a local bound to a new stream (`side = torch.cuda.Stream()`): one per function that
+  makes it (and the closures in it that use it).
 - anything else: its text, a local alias replaced by what it was bound to (`s = self.side` then `s`).
 """
 
@@ -63,7 +65,13 @@ def stream_id(program: "Program", function: "Function", stream: "Region | str") 
             return UNKNOWN  # bound to different streams on different paths (`post_reduce_stream = ...` twice)
         elif not named[0].endswith(")"):
             text = named[0]  # `stream = self.reduction_stream`: the attribute is the stream
-        # else `side = torch.cuda.Stream()`: a new stream, which the local's name stands for
+        elif text.isidentifier() and _makes_stream(named[0]):
+            return f"{text}@{function.id}"  # `side = torch.cuda.Stream()`: a new stream per call of the function
+        # else `side = make_stream()`: a stream, which the local's name stands for
+    elif text.isidentifier() and text not in function.facts.params:
+        made_by = _enclosing_maker(program, function, text)
+        if made_by:
+            return f"{text}@{made_by}"  # a closure's use of the stream its enclosing function made
     if names_current(text):
         return CURRENT_STREAM
     if text == UNKNOWN or text.startswith("?"):
@@ -78,6 +86,30 @@ def stream_id(program: "Program", function: "Function", stream: "Region | str") 
             return CURRENT_STREAM  # vLLM's `self.main_stream = torch.cuda.current_stream(device)` in `__init__`
         return f"{text}@{program.attr_owner(function.file.path, function.owner, attr)}"
     return text
+
+
+_MAKES_STREAM = re.compile(r"(^|\.)Stream\(.*\)$")
+
+
+def _makes_stream(text: str) -> bool:
+    """`torch.cuda.Stream()`, `get_accelerator().Stream()`: a stream constructed where the local is bound, so two
+    functions (FPDT's forward and backward) that each bind `offload_stream = get_accelerator().Stream()` hold two
+    streams, and two calls of one function too (the engine does not tell calls apart: one id per function)."""
+    return bool(_MAKES_STREAM.search(text))
+
+
+def _enclosing_maker(program: "Program", function: "Function", name: str) -> str:
+    """The id of the function `function` is nested in that binds `name` to a new stream ("" when none does)."""
+    qualname = function.facts.qualname
+    while "." in qualname:
+        qualname = qualname.rsplit(".", 1)[0]
+        outer = program.functions.get(f"{function.file.path}::{qualname}")
+        if outer is None:
+            continue
+        aliases = outer.facts.stream_aliases.get(name)
+        if aliases:
+            return outer.id if len(aliases) == 1 and _makes_stream(aliases[0]) else ""
+    return ""
 
 
 def holds_captured_current(program: "Program", function: "Function", text: str) -> bool:
