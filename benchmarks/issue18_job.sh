@@ -14,6 +14,9 @@
 #   PART=paired bash benchmarks/issue18_job.sh   # the CPU tests of the hook on this Python (GPU hidden), then the
 #                                                # ZeRO-2 phases with the hook's switches (TUNED in native_profile.py)
 #                                                # in ROUNDS rotated rounds, then the same on a stage-times build
+#   PART=window bash benchmarks/issue18_job.sh   # ZeRO-2 phases in rounds, the 40-step window run in rounds with its
+#                                                # parts, the ops reaching the hook boxed/unboxed; TESTS=1: then the
+#                                                # tests block (XDIST=N: each backend one pytest of N workers)
 # Needs .whl carried (../shared/tools/gpu-wheels .whl 0.13.4 0.19.8) and, for the timing part's "before", .before
 # carried: the package at cc16f13 (git archive cc16f13 streamcheck instrument rules examples/deepspeed_hpz/train.py
 # examples/deepspeed_hpz/shims.py benchmarks/overhead.py | tar -x -C .before). Each tree builds its native hook
@@ -197,24 +200,40 @@ if [ "${PART:-timing}" = final ]; then
     echo "overhead rc=$?"; cat "$OUT/overhead.log"
   fi
 fi
+if [ "${PART:-timing}" = window ]; then
+  # session 9: the ZeRO-2 phases in rotated rounds (PHASES), the 40-step window run in rounds (its parts: the
+  # watch's start, the steps outside the window, the window's steps, the stop), then the ops reaching the hook
+  # boxed and unboxed (COUNT_OPS steps); TESTS=1: then the tests block below
+  log "native_profile.py ${PHASES:=plain,passthrough,watch,window_closed} x ${ROUNDS:=6} rounds of ${STEPS:=4} steps," \
+    "the ${WINDOW_STEPS:=40}-step window run x ${WINDOW_ROUNDS:=5}, ${COUNT_OPS:=4} steps counting ops"
+  timeout "$(left ${WINDOW_RESERVE:-15})" python3 -P benchmarks/native_profile.py --steps "$STEPS" --rounds "$ROUNDS" \
+    --phases "$PHASES" --window-run "$WINDOW_STEPS" --window-rounds "$WINDOW_ROUNDS" --count-ops "$COUNT_OPS" \
+    --json "$OUT/window.json" > "$OUT/window.log" 2>&1
+  echo "profile rc=$?"; sed -n '/^setup/,$p' "$OUT/window.log" | grep -v "Warning\|warn"
+fi
 # tests/gpu (PART=tests: both backends in full; PART=final: MODE_FILTER's tests on the mode, default the two newest
 # examples) beside the loss check and the soak, which need no quiet machine
 [ "${PART:-timing}" = final ] && : "${MODE_FILTER=handle_travels or handoff_without_record_stream}"
 if [ "${PART:-timing}" = tests ] || { [ "${PART:-timing}" = final ] && [ "${TESTS:-1}" = 1 ]; } || \
-   { [ "${PART:-timing}" = compare ] && [ "${TESTS:-0}" = 1 ]; }; then
+   { [ "${PART:-timing}" = compare ] && [ "${TESTS:-0}" = 1 ]; } || \
+   { [ "${PART:-timing}" = window ] && [ "${TESTS:-0}" = 1 ]; }; then
   limit=$(left 20)
   log "GPU tests on both backends side by side (limit ${limit}s each); beside them: same losses, the soak"
   # SPLIT=1: each backend's tests in two processes side by side (the racy examples, the rest): half the wall time
   for b in ${TEST_BACKENDS:-native mode}; do
     filter=""; [ "$b" = mode ] && [ -n "${MODE_FILTER:-}" ] && filter="$MODE_FILTER"
     if [ "${SPLIT:-0}" = 1 ]; then parts=("racy" "not racy"); else parts=(""); fi
+    # XDIST=N (a backend: N): the backend's tests in one pytest of N workers (pytest-xdist; each test runs its
+    # example in a process of its own, on free ports and its own tmp_path), where the image has xdist
+    workers=${XDIST:-0}; [ "$b" = mode ] && workers=${XDIST_MODE:-$workers}
+    xdist=(); if [ "$workers" != 0 ] && python3 -c 'import xdist' 2>/dev/null; then xdist=(-n "$workers"); parts=(""); fi
     for i in "${!parts[@]}"; do
       log_name=gpu-tests-$b; [ -n "${parts[$i]}" ] && log_name=gpu-tests-$b-$i
       # one -k (pytest keeps only the last): the filter and the part together
       expr=""; [ -n "$filter" ] && expr="($filter)"; [ -n "${parts[$i]}" ] && expr="${expr:+$expr and }(${parts[$i]})"
       select=(); [ -n "$expr" ] && select=(-k "$expr")
       STREAMCHECK_BACKEND=$b timeout "$limit" python3 -P -m pytest -q -p no:cacheprovider -m gpu tests/gpu -rA \
-        --durations=5 "${select[@]}" --basetemp=/tmp/gpu-tests-$b-$i > "$OUT/$log_name.log" 2>&1 &
+        --durations=5 "${select[@]}" "${xdist[@]}" --basetemp=/tmp/gpu-tests-$b-$i > "$OUT/$log_name.log" 2>&1 &
     done
   done
   if [ "${LOSSES:-1}" = 1 ]; then  # plain, native, mode: each a fresh process, same seeds, 8 steps

@@ -315,27 +315,47 @@ def window_run(loop, n: int, results: dict, rounds: int = 1) -> None:
 
     window = (n // 4, n // 4 + 2)
     runs: dict = {"plain": [], "window": [], "full": []}
-    for _ in range(rounds):
-        for name in runs:
+    parts: dict = {name: [] for name in runs}  # per round: (start, the steps, stop) in s, and the step times
+    for round_ in range(rounds):
+        names = list(runs)
+        for name in names[round_ % 3:] + names[:round_ % 3]:  # rotated, as the phases are
             watch = None
+            started = time.perf_counter()  # the total includes the watch's start and stop: what a user pays
             if name != "plain":
                 watch = streamcheck.watch(f"/tmp/native-profile-run-{name}", echo=False,
                                           **({"steps": window} if name == "window" else {}))
                 watch.start()
-            started = time.perf_counter()
+            looping = time.perf_counter()
             times, _ = loop.run(n)
-            total = time.perf_counter() - started
+            stopping = time.perf_counter()
             found = watch.stop() if watch is not None else []
+            total = time.perf_counter() - started
             runs[name].append((total, statistics.median(times), _found(found)))
+            parts[name].append((looping - started, stopping - looping, started + total - stopping, times))
     plain_total = statistics.median(r[0] for r in runs["plain"])
     print(f"\n{n} steps per run, watch(steps={window}) for the window run, {rounds} round(s) of plain, window, "
-          "full in turn, one process (median of the rounds' totals):")
+          "full in rotated turns, one process (median of the rounds' totals; the total includes start and stop):")
     for name, done in runs.items():
         total = statistics.median(r[0] for r in done)
         print(f"{name:<8} total {total * 1000:9.1f} ms  {total / plain_total:.3f}x  rounds "
               f"{' '.join(f'{r[0] * 1000:.0f}' for r in done)} ms  median step {done[-1][1]:.2f} ms  "
               f"findings {done[-1][2]}")
-    results["window_run"] = {name: {"total_s": [r[0] for r in done], "findings": done[-1][2]}
+    # where the window run's extra time goes, against the plain run of the same round: the watch's start, the
+    # steps outside the window (the always-on cost), the window's steps, the stop
+    print("window run - plain run, per round (ms): start, steps outside the window, the window's steps, stop; "
+          "then the median step outside the window vs plain (ms)")
+    for (start, _, stop, times), (_, _, _, plain) in zip(parts["window"], parts["plain"]):
+        inside = set(range(window[0], window[1]))
+        outside = sum(t for i, t in enumerate(times) if i not in inside)
+        outside_plain = sum(t for i, t in enumerate(plain) if i not in inside)
+        steps_in = sum(times[i] - plain[i] for i in inside)
+        closed = statistics.median(t for i, t in enumerate(times) if i not in inside)
+        print(f"  start {start * 1000:6.1f}  outside {outside - outside_plain:7.1f}  window {steps_in:6.1f} "
+              f"(steps {' '.join(f'{times[i]:.1f}' for i in sorted(inside))} vs plain "
+              f"{' '.join(f'{plain[i]:.1f}' for i in sorted(inside))})  stop {stop * 1000:6.1f}  "
+              f"closed step {closed:.2f} vs plain {statistics.median(plain):.2f}")
+    results["window_run"] = {name: {"total_s": [r[0] for r in done], "findings": done[-1][2],
+                                    "parts": [p[:3] for p in parts[name]], "step_ms": [p[3] for p in parts[name]]}
                              for name, done in runs.items()}
     with InjectedRace(loop):
         watch = streamcheck.watch("/tmp/native-profile-run-window-race", echo=False, steps=window)
@@ -354,6 +374,38 @@ def window_run(loop, n: int, results: dict, rounds: int = 1) -> None:
     results["window_findings"] = {"window": in_window, "by_hand": by_hand, "same": in_window == by_hand}
 
 
+def count_ops(loop, steps: int, results: dict) -> None:
+    """Which ops reach the hook boxed (every op unboxed.h does not list, and the listed ones whose plan is not a
+    plain access) and how often per step: the list an unboxed kernel pays for first."""
+    import streamcheck
+    from streamcheck.instrument import native
+
+    module = native.load()
+    watch = streamcheck.watch("/tmp/native-profile-count-ops", echo=False)
+    watch.start()
+    loop.run(1)
+    module.op_counts()  # zeroed: the warm-up step's ops left out
+    module.set_tuning("count_ops", True)
+    try:
+        loop.run(steps)
+    finally:
+        module.set_tuning("count_ops", False)
+        counts = module.op_counts()
+        watch.stop()
+    boxed = sum(b for b, _ in counts.values()) / steps
+    unboxed = sum(u for _, u in counts.values()) / steps
+    print(f"\nops reaching the hook per step over {steps} watched steps: {boxed + unboxed:.0f} "
+          f"({boxed:.0f} boxed, {unboxed:.0f} unboxed); boxed ops by count per step:")
+    for name, (b, u) in sorted(counts.items(), key=lambda item: (-item[1][0], item[0])):
+        if b:
+            print(f"  {b / steps:8.1f}  {name}" + (f"   (unboxed too: {u / steps:.1f})" if u else ""))
+    print("unboxed ops by count per step:")
+    for name, (b, u) in sorted(counts.items(), key=lambda item: (-item[1][1], item[0]))[:25]:
+        if u:
+            print(f"  {u / steps:8.1f}  {name}")
+    results["op_counts"] = {name: [b / steps, u / steps] for name, (b, u) in counts.items()}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--setup", default="deepspeed-zero2-overlap")
@@ -368,6 +420,9 @@ def main() -> int:
     parser.add_argument("--window-run", type=int, default=0,
                         help="then N steps plain, N with watch(steps=(N/4, N/4+2)), N with a full watch; then, with "
                              "one injected race per step, the window's findings vs a watch by hand of the same steps")
+    parser.add_argument("--window-rounds", type=int, default=0, help="rounds of the window run (default --rounds)")
+    parser.add_argument("--count-ops", type=int, default=0,
+                        help="then N steps of a full watch counting the ops that reach the hook, boxed and unboxed")
     args = parser.parse_args()
     from frameworks_workloads import SETUPS
 
@@ -399,7 +454,9 @@ def main() -> int:
         print(f"\ncProfile of {args.profile} watched steps ({wall:.2f} s under the profiler):")
         print(text.getvalue()[-9000:])
     if args.window_run:
-        window_run(loop, args.window_run, results, args.rounds)
+        window_run(loop, args.window_run, results, args.window_rounds or args.rounds)
+    if args.count_ops:
+        count_ops(loop, args.count_ops, results)
     if args.soak:
         import resource
 

@@ -275,6 +275,7 @@ void hook(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::S
     op.redispatchBoxed(rest, stack);
     return;
   }
+  if (tuning().count_ops) count_op(plan->index, true);
   if (plan->kind == Kind::Python || plan->kind == Kind::Collective || plan->kind == Kind::RecordStream) {
     bool in_cpp = false;
     if (plan->kind != Kind::Python) {
@@ -452,10 +453,25 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     else if (name == "sites") t.sites = on;
     else if (name == "detector") t.detector = on;
     else if (name == "gil") t.gil = on;
+    else if (name == "count_ops") t.count_ops = on;
     else if (name == "gpu_trace") {  // measurement: torch's GPU trace stops reporting (on: reports again)
       if (c10::impl::GPUTrace::gpuTraceState.load() != nullptr) c10::impl::GPUTrace::haveState = on;
     } else throw std::invalid_argument("set_tuning: unknown switch " + name);
   }, "Measurements: switch one of the hook's cheaper ways off (False) or on (state.h: Tuning)");
+  m.def("op_counts", []() {
+    State& s = state();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    py::dict out;
+    for (size_t i = 0; i < s.op_counts.size() && i < s.names.size(); ++i) {
+      auto& count = s.op_counts[i];
+      if (count.first == 0 && count.second == 0) continue;
+      const auto& name = s.names[i];
+      out[py::str(name.first + (name.second.empty() ? "" : "." + name.second))] =
+          py::make_tuple(count.first, count.second);
+    }
+    s.op_counts.clear();
+    return out;
+  }, "Measurement: {op: (boxed, unboxed)} reaching the hook while set_tuning('count_ops', True), then zeroed");
   m.def("stage_times", []() -> py::object {
 #ifdef STREAMCHECK_STAGE_TIMES
     py::dict out;

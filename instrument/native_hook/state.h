@@ -83,6 +83,7 @@ struct State {
   std::atomic<bool> active{false};
   bool gpu_trace_paused = false;  // set_active(false) paused torch's GPU trace (hook.cpp)
   bool cpu_as_device = false;  // tests: CPU tensors stand for device 0 tensors on the thread's test stream
+  std::vector<std::pair<uint64_t, uint64_t>> op_counts;  // per plan index: (boxed, unboxed), under `mutex`
 };
 
 // Never destroyed: ops may run during interpreter shutdown. A namespace-scope pointer, made when the module loads:
@@ -106,11 +107,23 @@ struct Tuning {
   bool sites = true;
   bool detector = true;
   bool gil = true;
+  // Measurement (native_profile.py --count-ops): count the ops that reach the hook, boxed and unboxed (count_op)
+  bool count_ops = false;
 };
 
 inline Tuning& tuning() {
   static Tuning t;
   return t;
+}
+
+// One watched op reached the hook (Tuning::count_ops only): which ops are boxed is what decides unboxed.h's list
+inline void count_op(int index, bool boxed) {
+  if (index < 0) return;
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (s.op_counts.size() <= static_cast<size_t>(index)) s.op_counts.resize(index + 1);
+  auto& count = s.op_counts[index];
+  (boxed ? count.first : count.second) += 1;
 }
 
 static thread_local int op_depth = 0;           // > 0 while this thread runs an op under the hook

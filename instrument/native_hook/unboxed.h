@@ -178,6 +178,7 @@ struct Unboxed<Op, R(A...)> {
     const Plan* plan = plan_or_report(op);
     if (plan == nullptr) return Op::redispatch(rest, std::forward<A>(args)...);
     if (plan->kind != Kind::Access && plan->kind != Kind::Skip) return boxed(keys, std::forward<A>(args)...);
+    if (tuning().count_ops) count_op(plan->index, false);
     STAGE_SCOPE(kHookTotal);
     auto run = [&]() -> R { return Op::redispatch(rest, std::forward<A>(args)...); };
     auto for_args = [&](auto&& f) {

@@ -118,3 +118,24 @@ def test_unboxed_kernels_find_what_the_boxed_fallback_finds(module, tmp_path, cp
     assert races, "the program must race, or the comparison shows nothing"
     assert found[False, False] == (races, events)
     assert found[True, True] == (races, events)
+
+
+def test_op_counts_tell_the_boxed_ops_from_the_unboxed_ones(module, tmp_path, cpu_watch):
+    """set_tuning("count_ops") counts each watched op where it reached the hook (native_profile.py --count-ops):
+    add_ and view through their unboxed kernels, erf (not listed) through the boxed fallback; zeroed when read,
+    and nothing counted with the switch off."""
+    x = torch.zeros(32)
+    with cpu_watch(module, tmp_path / "counts"):
+        module.op_counts()
+        module.set_tuning("count_ops", True)
+        try:
+            for _ in range(3):
+                x.add_(1.0)
+                x.view(4, 8).erf()
+        finally:
+            module.set_tuning("count_ops", False)
+        counts = module.op_counts()
+        x.add_(1.0)  # not counted: the switch is off
+        after = module.op_counts()
+    assert counts == {"aten::add_.Tensor": (0, 3), "aten::view": (0, 3), "aten::erf": (3, 0)}, counts
+    assert after == {}
