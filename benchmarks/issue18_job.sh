@@ -177,8 +177,8 @@ if [ "${PAIRED_ROUNDS:-0}" -gt 0 ] && { [ "${PART:-timing}" = final ] || [ "${PA
   # the per-op figure first, on a quiet machine: many short rotated rounds (PAIRED_PHASES)
   phases=${PAIRED_PHASES:-plain,passthrough,watch,watch_before}
   log "native_profile.py $phases x $PAIRED_ROUNDS rounds of ${PAIRED_STEPS:-4} steps"
-  timeout "$(left 400)" python3 -P benchmarks/native_profile.py --steps "${PAIRED_STEPS:-4}" --rounds "$PAIRED_ROUNDS" \
-    --phases "$phases" --json "$OUT/paired.json" > "$OUT/paired.log" 2>&1
+  timeout "$(left ${PAIRED_RESERVE:-400})" python3 -P benchmarks/native_profile.py --steps "${PAIRED_STEPS:-4}" --rounds "$PAIRED_ROUNDS" \
+    --phases "$phases" --count-ops "${COUNT_OPS:-0}" --json "$OUT/paired.json" > "$OUT/paired.log" 2>&1
   echo "paired rc=$?"; sed -n '/^setup/,$p' "$OUT/paired.log"
 fi
 if [ "${PART:-timing}" = final ]; then
@@ -186,13 +186,15 @@ if [ "${PART:-timing}" = final ]; then
   # steps, overhead.py --gpus 1 on main; then the tests block below
   log "native_profile.py, ${ROUNDS:-3} rounds, then the 40-step window run and ${CPROFILE:-4} steps under cProfile"
   reserve=330; [ "${TESTS:-1}" = 1 ] || { reserve=10; [ "${OVERHEAD:-1}" = 1 ] && reserve=175; }  # what follows
+  reserve=${PROFILE_RESERVE:-$reserve}
   timeout "$(left $reserve)" python3 -P benchmarks/native_profile.py --steps "${STEPS:-8}" --rounds "${ROUNDS:-3}" \
-    --window-run 40 --profile "${CPROFILE:-4}" \
+    --window-run 40 --window-rounds "${WINDOW_ROUNDS:-0}" --profile "${CPROFILE:-4}" \
     --phases "${PHASES:-plain,passthrough,watch,watch_mode,window_closed,window,csan}" \
     --json "$OUT/profile.json" > "$OUT/profile.log" 2>&1
   echo "profile rc=$?"; grep -v "^\[\|Warning\|warn" "$OUT/profile.log" | grep -vE "^ +[0-9/]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ " | tail -45
   # the window run's lines too (CSAN's long report after them can push them out of the tail above)
-  grep -A4 "steps per run" "$OUT/profile.log"; grep "one injected race per step" "$OUT/profile.log"
+  grep -A4 "steps per run" "$OUT/profile.log"; grep -A6 "^window run - plain" "$OUT/profile.log"
+  grep "one injected race per step" "$OUT/profile.log"
   if [ "${OVERHEAD:-1}" = 1 ] && [ "$(left 160)" -gt 0 ]; then
     log "overhead.py --gpus 1 (main)"
     PYTHONPATH=$ROOT/.scpkg:$ROOT/.site-0.13.4 timeout 150 python3 -P benchmarks/overhead.py --gpus 1 --steps 6 \

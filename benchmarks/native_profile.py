@@ -16,10 +16,11 @@ one unmeasured step each:
 - window_closed: a watch with `steps=(10**6, 10**6 + 1)`: installed, never instrumenting;
 - window: `steps=(2, 4)` of the phase's steps (its findings are printed);
 - watch_mode: a full watch on the dispatch mode;
-- watch_slow_frames, watch_eager_frees, watch_boxed, watch_before: a full native watch with one or all of the
-  hook's newer ways switched off (set_tuning: the frame walk of frame objects; frees inside an op taken under the
-  GIL at once; every op boxed, unboxed.h's too; before: also no per-thread plan cache and no recycled shadows): what
-  each saved, beside it in one process;
+- watch_slow_frames, watch_eager_frees, watch_boxed, watch_fewer_unboxed, watch_before: a full native watch with
+  one or all of the hook's newer ways switched off (set_tuning: the frame walk of frame objects; frees inside an op
+  taken under the GIL at once; every op boxed, unboxed.h's too; the unboxed kernels added from the ZeRO-2 count
+  boxed again; before: also no per-thread plan cache and no recycled shadows): what each saved, beside it in one
+  process;
 - watch_no_memory, watch_no_gpu_trace, watch_no_sites, watch_no_detector, watch_no_gil: a full native watch with
   one source of per-op cost taken away (measurement only: what it finds changes): the allocator's reports dropped;
   torch's GPU trace stopped (no report made at all); no call site taken; the GIL and the site taken but the op
@@ -55,6 +56,7 @@ PHASES = ("plain", "passthrough", "hook_boxing", "hook_noop", "trace_callbacks",
           "watch_py_detector", "window_closed", "window", "watch_mode", "csan")
 TUNED = {"watch_slow_frames": {"fast_frames": False}, "watch_eager_frees": {"lazy_frees": False},
          "watch_boxed": {"unboxed": False},
+         "watch_fewer_unboxed": {"unboxed_zero2": False},  # session 9's unboxed kernels (unboxed.h kZero2) off
          "watch_before": {"fast_frames": False, "lazy_frees": False, "plan_cache": False,
                           "recycle_shadows": False, "unboxed": False},  # hook.cpp set_tuning: each switch off
          # one source of per-op cost taken away (and with it what the watch finds: measurement only, state.h)

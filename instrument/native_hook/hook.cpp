@@ -449,6 +449,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     else if (name == "plan_cache") t.plan_cache = on;
     else if (name == "recycle_shadows") t.recycle_shadows = on;
     else if (name == "unboxed") t.unboxed = on;
+    else if (name == "unboxed_zero2") t.unboxed_zero2 = on;
     else if (name == "memory_reports") t.memory_reports = on;
     else if (name == "sites") t.sites = on;
     else if (name == "detector") t.detector = on;

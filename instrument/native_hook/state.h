@@ -99,6 +99,7 @@ struct Tuning {
   bool plan_cache = true;    // plans.h: a per-thread cache of plans in front of the locked table
   bool recycle_shadows = true;  // detector.h: a freed block's shadow keeps its vectors for the next block's history
   bool unboxed = true;       // unboxed.h: the listed ops reach the hook unboxed (off: boxed, as every other op)
+  bool unboxed_zero2 = true;  // unboxed.h: the ops added from the ZeRO-2 count too (off: those boxed again)
   // Measurement only (benchmarks/native_profile.py's watch_no_* phases): off takes one source of per-op cost away,
   // and with it what the watch finds. memory_reports: the allocator's allocation and free reports dropped on arrival;
   // sites: no call site taken (-1); detector: the GIL and the site taken, the op then dropped before the detector

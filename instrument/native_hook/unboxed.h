@@ -10,7 +10,8 @@
 // sends every listed op to the boxed hook too: the side-by-side measurement (benchmarks/native_profile.py).
 //
 // The list: what a transformer's training step calls most at this key (above autograd: composite ops before they
-// decompose, and the ops backward formulas and optimizers call), every one of them a plain access in op_table.py.
+// decompose, and the ops backward formulas and optimizers call), every one of them a plain access in op_table.py;
+// `native_profile.py --count-ops` prints which ops still reach the hook boxed on a workload, and how often.
 // Built with -DSTREAMCHECK_NO_UNBOXED (native.py's first fallback: it follows ATen's generated op headers), none is.
 #pragma once
 #ifndef STREAMCHECK_NO_UNBOXED
@@ -24,9 +25,11 @@
 #include <ATen/ops/_foreach_lerp_ops.h>
 #include <ATen/ops/_foreach_mul_ops.h>
 #include <ATen/ops/_foreach_sqrt_ops.h>
+#include <ATen/ops/_has_compatible_shallow_copy_type_ops.h>
 #include <ATen/ops/_local_scalar_dense_ops.h>
 #include <ATen/ops/_log_softmax_backward_data_ops.h>
 #include <ATen/ops/_log_softmax_ops.h>
+#include <ATen/ops/_scaled_dot_product_cudnn_attention_backward_ops.h>
 #include <ATen/ops/_softmax_backward_data_ops.h>
 #include <ATen/ops/_softmax_ops.h>
 #include <ATen/ops/_to_copy_ops.h>
@@ -36,7 +39,11 @@
 #include <ATen/ops/addcmul_ops.h>
 #include <ATen/ops/addmm_ops.h>
 #include <ATen/ops/alias_ops.h>
+#include <ATen/ops/amax_ops.h>
+#include <ATen/ops/amin_ops.h>
+#include <ATen/ops/any_ops.h>
 #include <ATen/ops/as_strided_ops.h>
+#include <ATen/ops/bitwise_not_ops.h>
 #include <ATen/ops/bmm_ops.h>
 #include <ATen/ops/cat_ops.h>
 #include <ATen/ops/clone_ops.h>
@@ -51,10 +58,17 @@
 #include <ATen/ops/exp_ops.h>
 #include <ATen/ops/expand_ops.h>
 #include <ATen/ops/fill_ops.h>
+#include <ATen/ops/flatten_dense_tensors_ops.h>
 #include <ATen/ops/flatten_ops.h>
+#include <ATen/ops/isfinite_ops.h>
 #include <ATen/ops/item_ops.h>
 #include <ATen/ops/lerp_ops.h>
+#include <ATen/ops/lift_fresh_ops.h>
+#include <ATen/ops/linalg_vector_norm_ops.h>
 #include <ATen/ops/linear_ops.h>
+#include <ATen/ops/logical_and_ops.h>
+#include <ATen/ops/logical_not_ops.h>
+#include <ATen/ops/lt_ops.h>
 #include <ATen/ops/matmul_ops.h>
 #include <ATen/ops/mean_ops.h>
 #include <ATen/ops/mm_ops.h>
@@ -70,19 +84,23 @@
 #include <ATen/ops/pow_ops.h>
 #include <ATen/ops/reshape_ops.h>
 #include <ATen/ops/rsqrt_ops.h>
+#include <ATen/ops/scaled_dot_product_attention_ops.h>
 #include <ATen/ops/select_ops.h>
 #include <ATen/ops/sigmoid_ops.h>
 #include <ATen/ops/silu_backward_ops.h>
 #include <ATen/ops/silu_ops.h>
+#include <ATen/ops/slice_backward_ops.h>
 #include <ATen/ops/slice_ops.h>
 #include <ATen/ops/split_ops.h>
 #include <ATen/ops/sqrt_ops.h>
 #include <ATen/ops/squeeze_ops.h>
+#include <ATen/ops/stack_ops.h>
 #include <ATen/ops/sub_ops.h>
 #include <ATen/ops/sum_ops.h>
 #include <ATen/ops/t_ops.h>
 #include <ATen/ops/to_ops.h>
 #include <ATen/ops/transpose_ops.h>
+#include <ATen/ops/unflatten_dense_tensors_ops.h>
 #include <ATen/ops/unsqueeze_ops.h>
 #include <ATen/ops/view_as_ops.h>
 #include <ATen/ops/view_ops.h>
@@ -154,11 +172,13 @@ constexpr bool owns_tensors = std::is_same_v<T, at::Tensor> || std::is_same_v<T,
                               std::is_same_v<T, std::vector<at::Tensor>> || std::is_same_v<T, c10::List<at::Tensor>> ||
                               std::is_same_v<T, c10::List<std::optional<at::Tensor>>>;
 
-template <class Op, class Schema = typename Op::schema>
+// kZero2: one of the ops added from `native_profile.py --count-ops` on DeepSpeed ZeRO-2 (session 9), which
+// `set_tuning("unboxed_zero2", False)` sends boxed again: their saving, measured beside the rest in one process
+template <class Op, bool kZero2 = false, class Schema = typename Op::schema>
 struct Unboxed;
 
-template <class Op, class R, class... A>
-struct Unboxed<Op, R(A...)> {
+template <class Op, bool kZero2, class R, class... A>
+struct Unboxed<Op, kZero2, R(A...)> {
   static const c10::OperatorHandle& handle() {
     static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow(Op::name, Op::overload_name);
     return op;
@@ -170,7 +190,7 @@ struct Unboxed<Op, R(A...)> {
   }
 
   static R call(c10::DispatchKeySet keys, A... args) {
-    if (!tuning().unboxed) return boxed(keys, std::forward<A>(args)...);
+    if (!tuning().unboxed || (kZero2 && !tuning().unboxed_zero2)) return boxed(keys, std::forward<A>(args)...);
     c10::impl::ExcludeDispatchKeyGuard no_hook(kHookKey);  // the op's inner ops, and our own Python, go unseen
     c10::DispatchKeySet rest = keys & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, kHookKey);
     if (!state().active.load(std::memory_order_relaxed)) return Op::redispatch(rest, std::forward<A>(args)...);
@@ -211,6 +231,9 @@ std::string qualified_name() {  // "aten::add.Tensor"
 #define STREAMCHECK_UNBOXED(op) \
   m.impl(streamcheck_native::qualified_name<at::_ops::op>().c_str(), \
          TORCH_FN(streamcheck_native::Unboxed<at::_ops::op>::call))
+#define STREAMCHECK_UNBOXED_ZERO2(op) \
+  m.impl(streamcheck_native::qualified_name<at::_ops::op>().c_str(), \
+         TORCH_FN((streamcheck_native::Unboxed<at::_ops::op, true>::call)))
 
 TORCH_LIBRARY_IMPL(aten, TESTING_ONLY_GenericMode, m) {
   // elementwise and reductions
@@ -241,6 +264,16 @@ TORCH_LIBRARY_IMPL(aten, TESTING_ONLY_GenericMode, m) {
   STREAMCHECK_UNBOXED(addcmul_);
   STREAMCHECK_UNBOXED(addcdiv_);
   STREAMCHECK_UNBOXED(lerp__Scalar);
+  // checks and norms (DeepSpeed's overflow check and gradient norm, clip_grad_norm_), comparisons
+  STREAMCHECK_UNBOXED_ZERO2(isfinite);
+  STREAMCHECK_UNBOXED_ZERO2(linalg_vector_norm);
+  STREAMCHECK_UNBOXED_ZERO2(amax);
+  STREAMCHECK_UNBOXED_ZERO2(amin);
+  STREAMCHECK_UNBOXED_ZERO2(logical_and);
+  STREAMCHECK_UNBOXED_ZERO2(logical_not);
+  STREAMCHECK_UNBOXED_ZERO2(bitwise_not);
+  STREAMCHECK_UNBOXED_ZERO2(any);
+  STREAMCHECK_UNBOXED_ZERO2(lt_Scalar);
   // copies, fills, new tensors
   STREAMCHECK_UNBOXED(copy_);
   STREAMCHECK_UNBOXED(fill__Scalar);
@@ -251,6 +284,12 @@ TORCH_LIBRARY_IMPL(aten, TESTING_ONLY_GenericMode, m) {
   STREAMCHECK_UNBOXED(to_dtype_layout);
   STREAMCHECK_UNBOXED(to_other);
   STREAMCHECK_UNBOXED(cat);
+  STREAMCHECK_UNBOXED_ZERO2(stack);
+  STREAMCHECK_UNBOXED_ZERO2(flatten_dense_tensors);
+  STREAMCHECK_UNBOXED_ZERO2(unflatten_dense_tensors);
+  STREAMCHECK_UNBOXED_ZERO2(to_device);
+  STREAMCHECK_UNBOXED_ZERO2(lift_fresh);
+  STREAMCHECK_UNBOXED_ZERO2(slice_backward);
   STREAMCHECK_UNBOXED(empty_memory_format);
   STREAMCHECK_UNBOXED(empty_like);
   STREAMCHECK_UNBOXED(zeros);
@@ -274,6 +313,8 @@ TORCH_LIBRARY_IMPL(aten, TESTING_ONLY_GenericMode, m) {
   STREAMCHECK_UNBOXED(embedding_dense_backward);
   STREAMCHECK_UNBOXED(nll_loss_forward);
   STREAMCHECK_UNBOXED(nll_loss_backward);
+  STREAMCHECK_UNBOXED_ZERO2(scaled_dot_product_attention);
+  STREAMCHECK_UNBOXED_ZERO2(_scaled_dot_product_cudnn_attention_backward);
   // views
   STREAMCHECK_UNBOXED(view);
   STREAMCHECK_UNBOXED(_unsafe_view);
@@ -291,6 +332,8 @@ TORCH_LIBRARY_IMPL(aten, TESTING_ONLY_GenericMode, m) {
   STREAMCHECK_UNBOXED(as_strided);
   STREAMCHECK_UNBOXED(alias);
   STREAMCHECK_UNBOXED(detach);
+  STREAMCHECK_UNBOXED_ZERO2(detach_);
+  STREAMCHECK_UNBOXED_ZERO2(_has_compatible_shallow_copy_type);  // `param.data = t` asks it (DeepSpeed, per parameter)
   STREAMCHECK_UNBOXED(contiguous);
   STREAMCHECK_UNBOXED(flatten_using_ints);
   STREAMCHECK_UNBOXED(split_Tensor);
@@ -304,7 +347,11 @@ TORCH_LIBRARY_IMPL(aten, TESTING_ONLY_GenericMode, m) {
   STREAMCHECK_UNBOXED(_foreach_addcmul__Scalar);
   STREAMCHECK_UNBOXED(_foreach_addcdiv__Scalar);
   STREAMCHECK_UNBOXED(_foreach_sqrt);
+  STREAMCHECK_UNBOXED_ZERO2(_foreach_add__Tensor);
+  STREAMCHECK_UNBOXED_ZERO2(_foreach_div__ScalarList);
+  STREAMCHECK_UNBOXED_ZERO2(_foreach_addcdiv__ScalarList);
 }
 
 #undef STREAMCHECK_UNBOXED
+#undef STREAMCHECK_UNBOXED_ZERO2
 #endif  // STREAMCHECK_NO_UNBOXED

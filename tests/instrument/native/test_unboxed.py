@@ -4,7 +4,8 @@ kernels on (`set_tuning("unboxed", True)`) and off (every op boxed), on the fast
 
 CPU tensors stand for device tensors (`set_cpu_as_device`) on streams drawn at random (`set_test_stream`). The ops
 cover each way an op can touch memory: in place, out of place, views that stay views, views that had to copy
-(reshape and contiguous of a transposed tensor, `to` another dtype), lists of tensors (cat, the foreach ops), an
+(reshape and contiguous of a transposed tensor, `to` another dtype), lists of tensors (cat, stack, DeepSpeed's flatten
+and unflatten of a bucket, the foreach ops), checks and norms (isfinite, logical ops, vector_norm, amax), an
 optional tensor (linear's bias), a list of optional tensors (index's indices), fresh tensors (*_like), and an op that
 is not listed (it stays boxed).
 """
@@ -18,7 +19,7 @@ import torch
 
 from streamcheck.instrument import native
 
-KINDS = 17
+KINDS = 20
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +76,16 @@ def apply(kind: int, tensors: list, a: int, b: int, start: int, end: int, kept: 
         kept.append(tensors[a])
     elif kind == 15:
         kept.append(x.select(0, start).item())
+    elif kind == 16:  # the overflow check's ops (DeepSpeed): isfinite, logical_and / _not, any
+        checks = [torch.isfinite(x[start:end]), torch.isfinite(y[start:end])]
+        finite = checks[0].logical_and(checks[1])
+        not_finite = finite.logical_not()
+        kept.extend([*checks, finite, not_finite, not_finite.any()])  # kept: no freed block's address comes back
+    elif kind == 17:  # norms and extrema (clip_grad_norm_, amax / amin scaling)
+        kept.extend([torch.linalg.vector_norm(x[start:end]), y.amax(0), x.amin(0)])
+    elif kind == 18:  # stack, and DeepSpeed's flatten / unflatten of a bucket
+        flat = torch._utils._flatten_dense_tensors([x[start:end], y])
+        kept.extend([torch.stack([x, y]), flat, *torch._utils._unflatten_dense_tensors(flat, [x[start:end], y])])
     else:  # index and index_put_: a list of optional tensors (the indices), read
         index = torch.arange(start, end)
         values = y[:end - start] * 2.0
@@ -101,7 +112,8 @@ def test_listed_ops_have_a_kernel_on_the_hooks_key_and_others_do_not(module):
         return [line for line in torch._C._dispatch_dump(name).splitlines() if line.startswith("TESTING_ONLY_Generic")]
 
     for name in ("aten::add.Tensor", "aten::view", "aten::cat", "aten::linear", "aten::_foreach_mul_.Scalar",
-                 "aten::copy_", "aten::_local_scalar_dense"):
+                 "aten::copy_", "aten::_local_scalar_dense", "aten::isfinite", "aten::_has_compatible_shallow_copy_type",
+                 "aten::flatten_dense_tensors"):
         lines = on_hook_key(name)
         assert len(lines) == 1 and "unboxed.h" in lines[0], (name, lines)
     assert on_hook_key("aten::erf") == []  # the boxed fallback takes it
@@ -139,3 +151,21 @@ def test_op_counts_tell_the_boxed_ops_from_the_unboxed_ones(module, tmp_path, cp
         after = module.op_counts()
     assert counts == {"aten::add_.Tensor": (0, 3), "aten::view": (0, 3), "aten::erf": (3, 0)}, counts
     assert after == {}
+
+
+def test_unboxed_zero2_off_sends_the_ops_added_from_the_zero2_count_boxed_again(module, tmp_path, cpu_watch):
+    """set_tuning("unboxed_zero2", False) (native_profile.py's watch_fewer_unboxed): isfinite, one of the kernels
+    added from the ZeRO-2 count, reaches the hook boxed; mul_, listed before, still unboxed."""
+    x = torch.zeros(32)
+    with cpu_watch(module, tmp_path / "zero2"):
+        module.op_counts()
+        module.set_tuning("count_ops", True)
+        try:
+            kept = [torch.isfinite(x), x.mul_(2.0)]
+            module.set_tuning("unboxed_zero2", False)
+            kept += [torch.isfinite(x), x.mul_(2.0)]
+        finally:
+            module.set_tuning("unboxed_zero2", True)
+            module.set_tuning("count_ops", False)
+        counts = module.op_counts()
+    assert counts == {"aten::isfinite": (1, 1), "aten::mul_.Tensor": (0, 2)}, counts
