@@ -9,6 +9,7 @@ from streamcheck.findings import ROLE_READ, ROLE_WRITE, Finding
 from .collectives import launched_async
 from .extract import ALIAS
 from .facts import Access
+from .hook_handoffs import hooks_returning_unordered_writes
 from .outside_consumers import writes_for_outside_consumers
 from .outside_producers import reads_of_outside_producers
 from .program import Function, Program
@@ -52,7 +53,12 @@ class CrossStreamConsumer(Rule):
         hook, `queue_callback`) and what it calls, the current stream is the invoker's: `default_stream()` there
         is another stream, and a wait for it orders nothing the hook reads (hooks.py). A local this function
         wrote and then handed to other code (`module.forward(batch)`) is read there, on the stream current at
-        the call; what an awaitable's `wait()` hands back inside `with stream(s):` is s's output.
+        the call; what an awaitable's `wait()` hands back inside `with stream(s):` is s's output. A side-stream
+        write handed out of a function to readers on the current stream is waited for on every way out: a
+        function that makes the current stream wait for it in one arm of an if/else and not in the other
+        (waits_on_one_way.py), or a hook (a function the scan only hands over as a value) that has a side stream
+        work on its own parameters through a call and returns with no wait after it (hook_handoffs.py), leaves
+        the code it returns to reading unordered.
 
     Why it is bad:
         Streams run independently. A kernel (or NCCL collective, which waits only for the stream it was issued
@@ -834,6 +840,7 @@ class InputAwaitable:
         yield from reads_of_outside_producers(program, self.id)
         yield from writes_for_outside_consumers(program, self.id)
         yield from writes_waited_on_one_way(program, self.id)
+        yield from hooks_returning_unordered_writes(program, self.id)
 
 
 def _finding(program: Program, writer: Function, write: Access,

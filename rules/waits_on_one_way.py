@@ -41,7 +41,7 @@ def writes_waited_on_one_way(program: Program, rule_id: str) -> Iterable[Finding
                 or not from_outside(program, writer, write):
             continue
         for ctx in contexts(program, writer, write):
-            if ctx.stream in (CURRENT_STREAM, UNKNOWN) or ctx.region_fn is None or _handed_on(program, ctx):
+            if ctx.stream in (CURRENT_STREAM, UNKNOWN) or ctx.region_fn is None or handed_on(program, ctx):
                 continue
             for function, position, stream in _ways_out(program, ctx):
                 branch = _unordered_arm(program, function, position, stream)
@@ -70,7 +70,7 @@ def _ways_out(program: Program, ctx: Context) -> Iterable[tuple[Function, tuple[
                 yield caller, (call.line, call.column), stream
 
 
-def _handed_on(program: Program, ctx: Context) -> bool:
+def handed_on(program: Program, ctx: Context) -> bool:
     """The region's function makes another side stream wait for the write's stream after it (FSDP's
     `unshard_stream.wait_stream(pre_unshard_stream)` after the mixed-precision cast): the write goes to that
     stream, whose own writes are what the function hands out."""
