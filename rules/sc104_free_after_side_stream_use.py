@@ -7,6 +7,7 @@ from typing import Iterable
 from streamcheck.findings import Finding
 
 from .free_after_handoff import frees_after_handoff
+from .free_element_blocks import frees_of_element_blocks
 from .kept_with_events import drops_without_event_waits
 from .noop_record_stream import noop_record_streams
 from .program import Program
@@ -49,6 +50,12 @@ class FreeAfterSideStreamUse(Rule):
         a side stream (`states.append(State(buf, event))`, FSDP2's reduce-scatter states) must wait an element's
         event before dropping it (`states.pop(0)` then `del`, `states.clear()`, `del stash[k]`): the reference
         was what kept the block from being handed out again.
+
+        And through the methods of objects held in a local (free_element_blocks.py): `chunks[i].load()` inside
+        the region binds `self.buf` to a new tensor (allocated on the side stream), the current stream reads it
+        (`chunks[i].get_buf()`, an accessor), and `chunks[i].drop()` (`del self.buf`) releases it with no wait of the
+        host for the current stream in between, while the side stream never waits for the current stream after
+        the read (DeepSpeed FPDT's SequenceChunk).
 
         And the wrong record (noop_record_stream.py): `t.record_stream(torch.cuda.current_stream())` right after
         `t` was allocated inside the region (or in a helper only called from one), where the current stream is
@@ -132,6 +139,35 @@ def move_back(state, key, host, copy_stream):
         buf.copy_(host, non_blocking=True)
     buf.record_stream(copy_stream)
     state[key] = buf
+""",
+        # A chunk an element's method loads on the side stream, read on the current stream and dropped once the
+        # host has waited for the current stream (DeepSpeed FPDT's compute_stream.synchronize()).
+        """
+import torch
+
+
+class Chunk:
+    def load(self):
+        buf = torch.empty(self.shape, device="cuda")
+        buf.copy_(self.cpu, non_blocking=True)
+        self.buf = buf
+
+    def get_buf(self):
+        return self.buf
+
+    def drop(self):
+        del self.buf
+
+
+def attend(chunks, side):
+    compute = torch.cuda.current_stream()
+    for i in range(len(chunks)):
+        with torch.cuda.stream(side):
+            chunks[i].load()
+        compute.wait_stream(side)
+        out = torch.matmul(chunks[i].get_buf(), chunks[i].get_buf())
+        compute.synchronize()
+        chunks[i].drop()
 """,
         # record_stream before the free.
         """
@@ -383,6 +419,33 @@ def stash(tensors, d2h_stream):
     ]
 
     INVALID = [
+        # ... dropped with no wait of the host for the current stream.
+        """
+import torch
+
+
+class Chunk:
+    def load(self):
+        buf = torch.empty(self.shape, device="cuda")
+        buf.copy_(self.cpu, non_blocking=True)
+        self.buf = buf
+
+    def get_buf(self):
+        return self.buf
+
+    def drop(self):
+        del self.buf
+
+
+def attend(chunks, side):
+    compute = torch.cuda.current_stream()
+    for i in range(len(chunks)):
+        with torch.cuda.stream(side):
+            chunks[i].load()
+        compute.wait_stream(side)
+        out = torch.matmul(chunks[i].get_buf(), chunks[i].get_buf())
+        chunks[i].drop()  # expect: SC104
+""",
         # ... the keeper dropping the blocks without waiting their events.
         """
 import torch
@@ -698,5 +761,6 @@ def stash(tensors, d2h_stream):
     def check(self, program: Program) -> Iterable[Finding]:
         yield from releases_after_side_use(program, self.id)
         yield from frees_after_handoff(program, self.id)
+        yield from frees_of_element_blocks(program, self.id)
         yield from noop_record_streams(program, self.id)
         yield from drops_without_event_waits(program, self.id)

@@ -145,3 +145,48 @@ def test_a_closure_uses_the_stream_its_enclosing_function_made():
          [line_of(racy, "self.staged.sum()")]),
     ]
     assert _found(CLOSURE.format(wait="torch.cuda.current_stream().wait_stream(side)")) == []
+
+
+RELEASE = CHUNK + """
+        def offload(self):
+            del self.gpu_chunk
+            self.gpu_chunk = None
+
+    def attend(xs):
+        side = torch.cuda.Stream()
+        compute = torch.cuda.default_stream()
+        with torch.cuda.stream(side):
+            ks = [Chunk(x) for x in xs]
+        out = []
+        for i in range(len(ks)):
+            with torch.cuda.stream(side):
+                ks[i].load()
+            compute.wait_stream(side)
+            with torch.cuda.stream(compute):
+                out.append(torch.matmul(ks[i].get_gpu_chunk(), ks[i].get_gpu_chunk()))
+            {wait}
+            ks[i].offload()
+        return out
+"""
+
+
+def _frees(source):
+    return [(f.rule, f.kind, f.primary.line, f.extra["path"], f.extra["allocated_on"],
+             [(r.role, r.line) for r in f.related])
+            for f in findings_of({"chunks.py": source}) if f.kind == "FREE"]
+
+
+def test_a_chunk_an_element_loads_on_a_side_stream_dropped_while_the_current_stream_may_read_it():
+    racy = RELEASE.format(wait="pass")
+    assert _frees(racy) == [
+        ("SC104", "FREE", line_of(racy, "ks[i].offload()"), "ks.gpu_chunk", "side",
+         [("read", line_of(racy, "out.append(")), ("write", line_of(racy, "ks[i].load()"))]),
+    ]
+
+
+def test_the_host_waits_for_the_current_stream_before_the_chunk_is_dropped():
+    assert _frees(RELEASE.format(wait="compute.synchronize()")) == []
+
+
+def test_the_side_stream_waits_for_the_current_stream_before_its_next_allocation():
+    assert _frees(RELEASE.format(wait="side.wait_stream(compute)")) == []
