@@ -15,15 +15,17 @@ from __future__ import annotations
 
 import ast
 
-from .facts import Access, exclusive
+from .facts import NO_REGION, Access, exclusive
 from .program import Function, Program
+from .extract import split_index
+from .summaries import argument_for
 
 
 def access_keys(program: Program, function: Function, access: Access) -> set[tuple]:
     parts = access.path.split(".")
     if len(parts) == 1:
         scope = f"{function.file.path}::{access.owner}" if access.owner else function.id
-        return {("local", scope, access.path)}
+        return {("local", scope, access.path)} | _attribute_keys_of_local(program, function, access)
     keys: set[tuple] = set()
     if parts[-1] not in program.options.all_generic_attributes:
         keys.add(("attr", program.component(function.file), parts[-1]))
@@ -32,7 +34,57 @@ def access_keys(program: Program, function: Function, access: Access) -> set[tup
         keys.add(("self", owner, ".".join(parts[1:])))
     else:
         keys.add(("local", function.id, access.path))
-    return keys
+    return keys | _attribute_keys_of_local(program, function, access)
+
+
+def _attribute_keys_of_local(program: Program, function: Function, access: Access) -> set[tuple]:
+    """A local that holds an element or a view of an attribute of `self` (`bucket = self.ipg_buckets[dtype]`,
+    `new = bucket.buffer[i].narrow(...)`: FunctionFacts.derived) touches that attribute's path; a parameter touches
+    what the callers pass for it when that is such a path, where the function reads it under its own stream region
+    (`self.average_tensor(bucket.buffer[k].narrow(0, 0, n))`). Two functions that reach one bucket this way share its key, where
+    their locals alone never pair (DeepSpeed #8080's IPG bucket, filled by one method and reduced by another)."""
+    def build() -> set[tuple]:
+        root, dot, rest = access.path.partition(".")
+        found: set[tuple] = set()
+        for path in _attribute_paths(function, access.path, access.line):
+            found.add(_self_key(program, function, path))
+        # (only under the function's own stream region: elsewhere the callers' bound accesses (summaries.py) stand
+        # for it on each caller's stream, and a key shared by every call site would pair one site's tensor with
+        # another site's stream)
+        if access.region != NO_REGION and root in function.facts.params and root not in ("self", "cls"):
+            for caller, call in program.call_sites.get(function.id, ()):
+                arg = argument_for(function, call, root)
+                if arg is None:
+                    continue
+                path, _index = split_index(arg)
+                for resolved in _attribute_paths(caller, path + dot + rest, call.line):
+                    found.add(_self_key(program, caller, resolved))
+        return found
+    return program.memo(("aliasing.attribute_keys", function.id, access.path, access.line), build)
+
+
+def _self_key(program: Program, function: Function, path: str) -> tuple:
+    parts = path.split(".")
+    return ("self", program.attr_owner(function.file.path, function.owner, parts[1]), ".".join(parts[1:]))
+
+
+def _attribute_paths(function: Function, path: str, line: int) -> set[str]:
+    """The `self.` paths `path` stands for through the function's derived locals bound before `line`."""
+    paths, found = {path}, set()
+    for _ in range(DERIVED_STEPS):
+        nxt = set()
+        for current in paths:
+            root, dot, rest = current.partition(".")
+            if root in ("self", "cls"):
+                if current != path and dot:
+                    found.add(current)
+                continue
+            nxt.update(source + dot + rest for local, source, bound in function.facts.derived
+                       if local == root and bound <= line and not exclusive(function.facts, bound, line))
+        paths = nxt
+        if not paths:
+            break
+    return {p for p in found if len(p.split(".")) > 2}  # `self.x` alone is a container, its key already exists
 
 
 DERIVED_STEPS = 4  # `op` <- `by_id` <- `local_recvs` <- `self.recv_ops` (Megatron's NCCL copy service)

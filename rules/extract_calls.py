@@ -71,7 +71,7 @@ class CallsAndAccesses(ast.NodeVisitor):
         elif method in TENSOR_INPLACE_METHODS:
             self._access("write", node.func.value, line, col, method)
         elif tensor_method and method not in METADATA_METHODS and method not in VIEW_METHODS and not sync_kind \
-                and method not in METADATA_ARG_METHODS:
+                and method not in METADATA_ARG_METHODS and not _to_meta(node, method):
             self._access("read", node.func.value, line, col, method)
         for kw in node.keywords:
             if kw.arg == "out":
@@ -227,3 +227,11 @@ class CallsAndAccesses(ast.NodeVisitor):
             for operand in (node.left, node.right):
                 self._access("read", operand, node.lineno, node.col_offset + 1, type(node.op).__name__)
         self.generic_visit(node)
+
+
+def _to_meta(node: ast.Call, method: str) -> bool:
+    """`x.to("meta")`, `x.to(device="meta")`: a tensor of the same shape on no device; no data is read."""
+    if method != "to":
+        return False
+    values = list(node.args[:1]) + [k.value for k in node.keywords if k.arg == "device"]
+    return any(isinstance(v, ast.Constant) and v.value == "meta" for v in values)

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from .extract import split_index
 from .facts import NO_REGION, Sync
 from .hooks import hook_run_functions
-from .streams import (CURRENT_STREAM, DEFAULT_STREAM, HOST, PARAM, UNKNOWN, handed_in, holds_captured_current,
+from .streams import (CURRENT_STREAM, DEFAULT_STREAM, EARLIER_HOOK_CALL, HOST, PARAM, UNKNOWN, handed_in, holds_captured_current,
                       names_current, names_default, stream_id)
 
 if TYPE_CHECKING:
@@ -81,6 +81,13 @@ def orderings_of(program: "Program", function: "Function") -> list[Ordering]:
     return program.memo(("orderings", function.id), lambda: _orderings(program, function))
 
 
+def _taken_from_a_container(function: "Function", text: str) -> bool:
+    """A plain local bound only as an element of a container (a loop's variable: FunctionFacts.derived), not to a
+    stream expression the function names."""
+    return text.isidentifier() and text not in function.facts.stream_aliases \
+        and any(local == text for local, _source, _line in function.facts.derived)
+
+
 def _orderings(program: "Program", function: "Function") -> list[Ordering]:
     found = []
     for sync in function.facts.syncs:
@@ -104,6 +111,10 @@ def _ordering(program: "Program", function: "Function", sync: Sync) -> Ordering 
         return named_stream(program, function, text, here)
 
     if sync.kind == "wait_stream":
+        if sync.arg and _taken_from_a_container(function, sync.arg):
+            # `for s in bucket.copy_streams: side.wait_stream(s)`: the streams some code collected, which the lint
+            # cannot name (DeepSpeed #8080's fix waits for every stream a gradient hook copied on)
+            return make(stream(sync.receiver), UNKNOWN)
         return make(stream(sync.receiver), stream(sync.arg) if sync.arg else UNKNOWN)
     if sync.kind in ("wait_event", "wait"):
         if sync.method == "wait_event":
@@ -249,7 +260,8 @@ def waits_for(program: "Program", ordering: Ordering, stream: str) -> bool:
         return True  # a stream handed in (`data_dist_stream`) may be the side stream another class names itself
     if target.startswith(EVENT):
         streams = recorded_streams(program, target[len(EVENT):])
-        return not streams or stream in streams or UNKNOWN in streams
+        return not streams or stream in streams or UNKNOWN in streams \
+            or stream == EARLIER_HOOK_CALL and CURRENT_STREAM in streams  # (recorded in that call, on its stream)
     if target.startswith(WORK):
         streams = launch_streams(program, target[len(WORK):])
         return stream in streams or UNKNOWN in streams

@@ -25,7 +25,8 @@ from .aliasing import access_keys, object_of, same_element
 from .callgraph import Edge, Function
 from .facts import NO_REGION, Access, FunctionFacts, exclusive
 from .orderings import EVENT, Ordering, ordered_by, orderings_of, recording_stream, site_stream
-from .streams import CURRENT_STREAM, PARAM, UNKNOWN, display
+from .hooks import hook_run_functions
+from .streams import CURRENT_STREAM, EARLIER_HOOK_CALL, PARAM, UNKNOWN, display
 from .summaries import call_orderings, call_records, event_waiters
 
 if TYPE_CHECKING:
@@ -341,7 +342,36 @@ def unordered(program: "Program", first: Context, second: Context) -> bool:
     consumers = frozenset({second.function.id} | ({second.region_fn.id} if second.region_fn else set()))
     if ordered_after(program, first, first.stream, second.stream, consumers):
         return False
-    return not ordered_before(program, second, first.stream)
+    if not ordered_before(program, second, first.stream):
+        return True
+    return _earlier_hook_call(program, first, second, consumers) \
+        and not ordered_before(program, second, EARLIER_HOOK_CALL)
+
+
+def ordered_only_in_its_own_hook_call(program: "Program", first: Context, second: Context) -> bool:
+    """Whether the pair races only because `second`'s wait for the current stream is made in a later call of the
+    hook than `first` (for the report: there is a wait, for another call's stream)."""
+    consumers = frozenset({second.function.id} | ({second.region_fn.id} if second.region_fn else set()))
+    return _earlier_hook_call(program, first, second, consumers) and ordered_before(program, second, first.stream)
+
+
+def _earlier_hook_call(program: "Program", first: Context, second: Context, consumers: frozenset[str]) -> bool:
+    """Whether `second` can only follow `first` in a later call of the hook that runs both: `first` on the hook's
+    current stream, after the call that reaches `second` and before none (ZeRO's gradient hook reduces the full
+    bucket, then copies its own gradient into it: the next call's reduction reads that copy). Each call of a
+    gradient hook runs on the stream of its parameter's backward, so the later call's `current_stream()` need
+    not be the stream `first` ran on (DeepSpeed PR #8080)."""
+    if first.stream != CURRENT_STREAM or first.chain:
+        return False
+    hooks = hook_run_functions(program)
+    reader = second.region_fn or second.function
+    if first.function.id not in hooks or reader.id not in hooks:
+        return False
+    if _first_reaching_call(program, first.function, first.position, consumers) != END:
+        return False  # the same call reaches `second` after `first`: its current stream is first's
+    return any((call.line, call.column) < first.position and any(
+        program.reaches(edge.callee, consumers) for edge in edges)
+        for call, edges in program.calls_of(first.function.id))
 
 
 def _only_called_before(program: "Program", function: Function, first: Context) -> bool:

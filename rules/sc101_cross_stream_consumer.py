@@ -13,7 +13,7 @@ from .hook_handoffs import hooks_returning_unordered_writes
 from .outside_consumers import writes_for_outside_consumers
 from .outside_producers import reads_of_outside_producers
 from .program import Function, Program
-from .races import Context, contexts, matching, unordered
+from .races import Context, contexts, matching, ordered_only_in_its_own_hook_call, unordered
 from .rule import Rule, location, way_of
 from .streams import CURRENT_STREAM, as_code, display, stream_words
 from .waits_on_one_way import writes_waited_on_one_way
@@ -51,7 +51,10 @@ class CrossStreamConsumer(Rule):
         on the reader's way (outside_producers.py; host buffers and `.to(device)` uploads excepted). Inside a
         function handed to a hook registrar (`register_hook`, `register_post_accumulate_grad_hook`, a module
         hook, `queue_callback`) and what it calls, the current stream is the invoker's: `default_stream()` there
-        is another stream, and a wait for it orders nothing the hook reads (hooks.py). A local this function
+        is another stream, and a wait for it orders nothing the hook reads (hooks.py); and as each call of a
+        gradient hook runs on its own parameter's backward stream, a call's wait for its current stream does not
+        order what an earlier call wrote there after the call that reaches the read (ZeRO's bucket, reduced
+        when full and then copied into: DeepSpeed PR #8080). A local this function
         wrote and then handed to other code (`module.forward(batch)`) is read there, on the stream current at
         the call; what an awaitable's `wait()` hands back inside `with stream(s):` is s's output. A side-stream
         write handed out of a function to readers on the current stream is waited for on every way out: a
@@ -852,10 +855,17 @@ def _finding(program: Program, writer: Function, write: Access,
                                          p[1].access.column, p[1].access.op))  # total: the same report each run
     write_ctx, first = pairs[0]
     consumer = "a collective" if first.access.collective else f"`{first.access.op}`"
+    across_hook_calls = ordered_only_in_its_own_hook_call(program, write_ctx, first)
     message = (
         f"`{write.path}` is written by `{write.op}` on {stream_words(writer_stream)} and read by {consumer} in "
         f"`{first.function.facts.qualname}` on {stream_words(reader_stream)} with no wait or synchronize between "
         f"them")
+    if across_hook_calls:
+        message = (
+            f"`{write.path}` is written by `{write.op}` on the current stream of one call of a hook and read by "
+            f"{consumer} in `{first.function.facts.qualname}` on {stream_words(reader_stream)} in a later call, "
+            f"which waits only for its own current stream: autograd runs each call of a gradient hook on the stream "
+            f"of its parameter's backward, so the write's stream may never be waited for")
     related = []
     shown = []
     for _, read_ctx in pairs:
@@ -870,7 +880,8 @@ def _finding(program: Program, writer: Function, write: Access,
         message=message,
         primary=location(writer, write.line, write.column, ROLE_WRITE, f"{write.op} in {writer.facts.qualname}"),
         related=tuple(related),
-        fix=_fix(program, write_ctx, first, writer_stream, reader_stream),
+        fix=_fix_across_hook_calls(writer, write) if across_hook_calls else _fix(program, write_ctx, first,
+                                                                                  writer_stream, reader_stream),
         kind="RAW",
         symbol=writer.facts.qualname,
         extra={
@@ -878,8 +889,15 @@ def _finding(program: Program, writer: Function, write: Access,
             "writer_stream": display(writer_stream) if writer_stream else "",
             "reader_stream": display(reader_stream) if reader_stream else "",
             "consumer": "collective" if first.access.collective else "device op",
+            **({"across_hook_calls": True} if across_hook_calls else {}),
         },
     )
+
+
+def _fix_across_hook_calls(writer: Function, write: Access) -> str:
+    return (f"Record each call's own stream where it writes (`copy_streams.add(torch.cuda.current_stream())`, or an "
+            f"event recorded after the write at {writer.file.path}:{write.line}) and make the reading stream wait for "
+            f"every one of them, not only for the current stream of the call that reads (DeepSpeed PR #8080).")
 
 
 def _fix(program: Program, write_ctx: Context, read_ctx: Context, writer_stream: str, reader_stream: str) -> str:

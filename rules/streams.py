@@ -29,6 +29,10 @@ HOST = "<host>"
 DEFAULT_STREAM = "<default>"  # `default_stream()` where it may not be the current stream (inside a hook: hooks.py)
 UNKNOWN = "?"
 PARAM = "param:"  # a stream handed in as a parameter: which one is the caller's business
+# The current stream of an earlier call of a hook (races.py `_earlier_hook_call`): autograd runs each call of a
+# gradient hook on the stream of that parameter's backward, so `wait_stream(current_stream())` in one call does not
+# name the stream an earlier call wrote on; only a wait the lint cannot name, or an event recorded there, covers it.
+EARLIER_HOOK_CALL = "<current stream of an earlier hook call>"
 PROPERTY_VALUE = "<property>"  # the stream_aliases key of what a one-line `@property` returns (extract.py)
 
 _NAMES_CURRENT = re.compile(r"(^|\.)(current_stream|default_stream)\(.*\)$")

@@ -8,7 +8,8 @@ message text:
            the write inside `with stream(S):`, the read on the current stream (`reader_stream == ""`):
            `torch.cuda.current_stream().wait_stream(S)` before the read, when both are in one function      safe
            S is the stream as that `with` names it in the code (`side`, `self.allgather_stream`), read from the
-           source, so the fix never writes a stream the way the finding's words describe it (`torch.cuda.Stream()`)
+           source, so the fix never writes a stream the way the finding's words describe it (`torch.cuda.Stream()`);
+           none when `extra["across_hook_calls"]` (the wait is there, for another call of the hook's stream)
     SC104  `<path>.record_stream(<stream>)` before the free (the primary location)                          safe
     SC105  `<handle>.wait()` before the use (the primary location)                                          safe
     SC102  `torch.cuda.current_stream().synchronize()` before the host read (primary)                       unsafe
@@ -82,8 +83,8 @@ def _given_fix(finding: Finding, edit: dict) -> Fix | None:
 def _sc101(finding: Finding) -> Fix | None:
     writer, reader = finding.extra.get("writer_stream"), finding.extra.get("reader_stream")
     context = _related(finding, ROLE_STREAM_CONTEXT)
-    if context is None:
-        return None
+    if context is None or finding.extra.get("across_hook_calls"):
+        return None  # (the wait for the current stream is there: each call of the hook needs its own stream waited)
     if writer == "" and isinstance(reader, str) and reader:  # the read runs inside the `with`
         statement = f"{{stream}}.wait_stream({CURRENT_STREAM})"
         return Fix("SC101", context.path, context.line, context.column, statement, True,

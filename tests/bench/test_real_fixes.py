@@ -1,6 +1,6 @@
 """Real stream-ordering fixes, before and after: the release before the fix is flagged at the fixed code, the
 release with the fix is not (issue 14). Only the cases the engine gets right are here; Megatron #7398 is still
-open, so only its racy release is here; the cases the engine misses (DeepSpeed #8080, vLLM #47282) are written up for issue 14 with a reduced racy/fixed pair each and
+open, so only its racy release is here; the case the engine misses (vLLM #47282) is written up for issue 14 with a reduced racy/fixed pair and
 what the engine lacks (benchmarks/triage/real_fixes.md). (The hpZ fix, 0.13.4 -> 0.13.5, is in
 tests/rules/test_deepspeed_sc101.py.)
 
@@ -155,6 +155,37 @@ def test_zero3_bucket_copy_waits_for_the_current_stream_in_0_18_8(sdist):
     source = (root / STAGE3).read_text(encoding="utf-8").splitlines()
     assert source[1362].strip() == "self.reduce_and_partition_stream.wait_stream(get_accelerator().current_stream())"
     assert _on_the_ipg_copy(_scan(root, ZERO)) == []
+
+
+# DeepSpeed PR #8080 (ZeRO-1/2's IPG bucket filled from several producer streams), released in 0.19.3: in 0.19.2
+# the gradient hook reduces the full bucket (`reduce_ipg_grads` -> `average_tensor`, whose reduction stream waits
+# for the current stream) and then copies its own gradient into the bucket on its current stream, which the next
+# call's reduction reads after waiting only for *its* current stream; autograd runs each call of the hook on its
+# parameter's backward stream (several under torch.compile). 0.19.3 adds each copy's stream to
+# `bucket.copy_streams` and waits for all of them.
+STAGE12 = f"{ZERO}/stage_1_and_2.py"
+
+
+def _on_the_bucket_copy(findings):
+    return [f for f in findings if f.primary.path == STAGE12 and f.extra.get("path") == "new_grad_tensor"]
+
+
+def test_ipg_bucket_copy_is_waited_only_by_its_own_hook_call_in_0_19_2(sdist):
+    root = sdist("deepspeed", "0.19.2")
+    [finding] = _on_the_bucket_copy(_scan(root, ZERO))
+    assert (finding.rule, finding.kind, finding.primary.line, finding.primary.column) == ("SC101", "RAW", 1120, 17)
+    assert finding.primary.snippet == "new_grad_tensor.copy_("
+    assert finding.symbol == "DeepSpeedZeroOptimizer.reduce_independent_p_g_buckets_and_remove_grads"
+    assert finding.extra == {"path": "new_grad_tensor", "writer_stream": "", "reader_stream":
+                             "self.reduction_stream", "consumer": "device op", "across_hook_calls": True}
+    assert [(r.line, r.role) for r in finding.related] == [(1241, "read"), (1239, "stream context")]
+
+
+def test_ipg_bucket_reduction_waits_for_every_copy_stream_in_0_19_3(sdist):
+    root = sdist("deepspeed", "0.19.3")
+    source = (root / STAGE12).read_text(encoding="utf-8").splitlines()
+    assert source[1288].strip() == "stream.wait_stream(producer_stream)"
+    assert _on_the_bucket_copy(_scan(root, ZERO)) == []
 
 
 # diffusers group offloading, fixed in PR #12721 (released in 0.36.0): 0.35.2's `_transfer_tensor_to_device` runs
