@@ -41,8 +41,9 @@ def _attribute_keys_of_local(program: Program, function: Function, access: Acces
     """A local that holds an element or a view of an attribute of `self` (`bucket = self.ipg_buckets[dtype]`,
     `new = bucket.buffer[i].narrow(...)`: FunctionFacts.derived) touches that attribute's path; a parameter touches
     what the callers pass for it when that is such a path, where the function reads it under its own stream region
-    (`self.average_tensor(bucket.buffer[k].narrow(0, 0, n))`). Two functions that reach one bucket this way share its key, where
-    their locals alone never pair (DeepSpeed #8080's IPG bucket, filled by one method and reduced by another)."""
+    (`self.average_tensor(bucket.buffer[k].narrow(0, 0, n))`). Two functions that reach one bucket this way share
+    its key, where their locals alone never pair (DeepSpeed #8080's IPG bucket, filled by one method and reduced
+    by another)."""
     def build() -> set[tuple]:
         root, dot, rest = access.path.partition(".")
         found: set[tuple] = set()

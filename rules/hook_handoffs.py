@@ -18,43 +18,35 @@ from typing import Iterable
 
 from streamcheck.findings import ROLE_CALL, ROLE_WRITE, Finding
 
-from .aliasing import from_outside
-from .collectives import launched_async
-from .extract import ALIAS
 from .facts import NO_REGION
 from .program import Function, Program
-from .races import END, Context, contexts, ordered_between
+from .races import END, Context, ordered_between
 from .rule import location, way_of
 from .streams import CURRENT_STREAM, UNKNOWN, display, stream_words
 from .summaries import argument_for, translate
-from .waits_on_one_way import handed_on
+from .waits_on_one_way import handed_on, side_stream_writes_of_outliving_tensors
 
 
 def hooks_returning_unordered_writes(program: Program, rule_id: str) -> Iterable[Finding]:
     found: dict[tuple, tuple] = {}  # (hook, call, region) -> the first write handed back there
-    for writer, write in program.all_accesses():
-        if write.kind != "write" or write.op == ALIAS or write.fresh or launched_async(writer, write) \
-                or not from_outside(program, writer, write):
+    for writer, write, ctx in side_stream_writes_of_outliving_tensors(program):
+        if not ctx.chain or handed_on(program, ctx):
             continue
-        for ctx in contexts(program, writer, write):
-            if ctx.stream in (CURRENT_STREAM, UNKNOWN) or ctx.region_fn is None or not ctx.chain \
-                    or handed_on(program, ctx):
+        receiver = _parameter_receiver(ctx)
+        if receiver is None:
+            continue
+        for hook, call in program.call_sites.get(ctx.region_fn.id, ()):
+            if call.region != NO_REGION or not _handed_over(program, hook) \
+                    or argument_for(ctx.region_fn, call, receiver) not in _own_parameters(hook):
                 continue
-            receiver = _parameter_receiver(ctx)
-            if receiver is None:
+            stream = translate(program, hook, call, ctx.region_fn, ctx.stream)
+            if stream in (CURRENT_STREAM, UNKNOWN) or ordered_between(
+                    program, hook, (call.line, call.column), END, stream, CURRENT_STREAM):
                 continue
-            for hook, call in program.call_sites.get(ctx.region_fn.id, ()):
-                if call.region != NO_REGION or not _handed_over(program, hook) \
-                        or argument_for(ctx.region_fn, call, receiver) not in _own_parameters(hook):
-                    continue
-                stream = translate(program, hook, call, ctx.region_fn, ctx.stream)
-                if stream in (CURRENT_STREAM, UNKNOWN) or ordered_between(
-                        program, hook, (call.line, call.column), END, stream, CURRENT_STREAM):
-                    continue
-                key = (hook.id, call.line, call.column, ctx.region)
-                rank = (len(ctx.chain), writer.file.path, write.line, write.column, write.path)
-                if key not in found or rank < found[key][0]:
-                    found[key] = (rank, hook, call, stream, writer, write, ctx)
+            key = (hook.id, call.line, call.column, ctx.region)
+            rank = (len(ctx.chain), writer.file.path, write.line, write.column, write.path)
+            if key not in found or rank < found[key][0]:
+                found[key] = (rank, hook, call, stream, writer, write, ctx)
     for key in sorted(found):
         _rank, hook, call, stream, writer, write, ctx = found[key]
         yield _finding(program, rule_id, hook, call, stream, writer, write, ctx)

@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING
 from .extract import split_index
 from .facts import NO_REGION, Sync
 from .hooks import hook_run_functions
-from .streams import (CURRENT_STREAM, DEFAULT_STREAM, EARLIER_HOOK_CALL, HOST, PARAM, UNKNOWN, handed_in, holds_captured_current,
-                      names_current, names_default, stream_id)
+from .streams import (CURRENT_STREAM, DEFAULT_STREAM, EARLIER_HOOK_CALL, HOST, PARAM, UNKNOWN, handed_in,
+                      holds_captured_current, names_current, names_default, stream_id)
 
 if TYPE_CHECKING:
     from .callgraph import Function

@@ -16,7 +16,7 @@ argument (summaries.translate).
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Iterable, Iterator
 
 from streamcheck.findings import ROLE_CALL, ROLE_SYNC, ROLE_WRITE, Finding
 
@@ -34,24 +34,32 @@ from .summaries import translate
 Branch = tuple[int, int, int, int]
 
 
-def writes_waited_on_one_way(program: Program, rule_id: str) -> Iterable[Finding]:
-    found: dict[tuple, tuple] = {}  # (function, position, branch) -> the first write handed out there
+def side_stream_writes_of_outliving_tensors(program: Program) -> Iterator[tuple[Function, Access, Context]]:
+    """Each write, in a context on a named side stream reached through a region, of a tensor that outlives its
+    function (aliasing.from_outside), not fresh, not an async collective's: what may be handed back unordered."""
     for writer, write in program.all_accesses():
         if write.kind != "write" or write.op == ALIAS or write.fresh or launched_async(writer, write) \
                 or not from_outside(program, writer, write):
             continue
         for ctx in contexts(program, writer, write):
-            if ctx.stream in (CURRENT_STREAM, UNKNOWN) or ctx.region_fn is None or handed_on(program, ctx):
-                continue
-            for function, position, stream in _ways_out(program, ctx):
-                branch = _unordered_arm(program, function, position, stream)
-                if branch is not None:
-                    # one finding per way out: the write on the stream the arm's wait names, then the nearest
-                    key = (function.id, position, branch)
-                    rank = (not _named(program, function, position, stream), len(ctx.chain), writer.file.path,
-                            write.line, write.column, write.path)
-                    if key not in found or rank < found[key][0]:
-                        found[key] = (rank, function, position, stream, branch, writer, write, ctx)
+            if ctx.stream not in (CURRENT_STREAM, UNKNOWN) and ctx.region_fn is not None:
+                yield writer, write, ctx
+
+
+def writes_waited_on_one_way(program: Program, rule_id: str) -> Iterable[Finding]:
+    found: dict[tuple, tuple] = {}  # (function, position, branch) -> the first write handed out there
+    for writer, write, ctx in side_stream_writes_of_outliving_tensors(program):
+        if handed_on(program, ctx):
+            continue
+        for function, position, stream in _ways_out(program, ctx):
+            branch = _unordered_arm(program, function, position, stream)
+            if branch is not None:
+                # one finding per way out: the write on the stream the arm's wait names, then the nearest
+                key = (function.id, position, branch)
+                rank = (not _named(program, function, position, stream), len(ctx.chain), writer.file.path,
+                        write.line, write.column, write.path)
+                if key not in found or rank < found[key][0]:
+                    found[key] = (rank, function, position, stream, branch, writer, write, ctx)
     for key in sorted(found):
         _rank, function, position, stream, branch, writer, write, ctx = found[key]
         yield _finding(program, rule_id, function, position, stream, branch, writer, write, ctx)
