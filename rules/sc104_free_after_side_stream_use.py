@@ -8,6 +8,7 @@ from streamcheck.findings import Finding
 
 from .free_after_handoff import frees_after_handoff
 from .free_element_blocks import frees_of_element_blocks
+from .handed_back_with_event import inputs_handed_back_with_events
 from .kept_with_events import drops_without_event_waits
 from .noop_record_stream import noop_record_streams
 from .program import Program
@@ -56,6 +57,12 @@ class FreeAfterSideStreamUse(Rule):
         (`chunks[i].get_buf()`, an accessor), and `chunks[i].drop()` (`del self.buf`) releases it with no wait of the
         host for the current stream in between, while the side stream never waits for the current stream after
         the read (DeepSpeed FPDT's SequenceChunk).
+
+        And a borrowed input handed back with an event (handed_back_with_event.py): a tensor the function was
+        handed (a parameter, or an element of one), used inside its side-stream region, when the function records
+        an event after that use and returns it instead of waiting (a pipeline stage), and no caller in the scan
+        waits or synchronizes after the call: the caller may drop the input as soon as the call returns, so it
+        needs `record_stream(side)` there.
 
         And the wrong record (noop_record_stream.py): `t.record_stream(torch.cuda.current_stream())` right after
         `t` was allocated inside the region (or in a helper only called from one), where the current stream is
@@ -416,6 +423,25 @@ def stash(tensors, d2h_stream):
             tensor.untyped_storage().resize_(0)
     return stash_data
 """,
+        # A borrowed input used on the side stream and handed back with an event, recorded for that stream
+        # (torchrec's transfer_tensors_to_cpu).
+        """
+import torch
+
+
+def offload(tensors, side):
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        out = {}
+        for k, v in tensors.items():
+            dst = torch.empty(v.shape, device="cpu", pin_memory=True)
+            dst.copy_(v, non_blocking=True)
+            v.record_stream(side)
+            out[k] = dst
+        event = torch.cuda.Event()
+        event.record()
+    return out, event
+""",
     ]
 
     INVALID = [
@@ -756,6 +782,23 @@ def stash(tensors, d2h_stream):
             tensor.untyped_storage().resize_(0)  # expect: SC104
     return stash_data
 """,
+        # ... without the record: the caller may drop its tensors once the call returns.
+        """
+import torch
+
+
+def offload(tensors, side):
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        out = {}
+        for k, v in tensors.items():
+            dst = torch.empty(v.shape, device="cpu", pin_memory=True)
+            dst.copy_(v, non_blocking=True)
+            out[k] = dst
+        event = torch.cuda.Event()
+        event.record()
+    return out, event  # expect: SC104
+""",
     ]
 
     def check(self, program: Program) -> Iterable[Finding]:
@@ -764,3 +807,4 @@ def stash(tensors, d2h_stream):
         yield from frees_of_element_blocks(program, self.id)
         yield from noop_record_streams(program, self.id)
         yield from drops_without_event_waits(program, self.id)
+        yield from inputs_handed_back_with_events(program, self.id)

@@ -247,3 +247,58 @@ def test_a_tensor_handed_on_and_only_dropped_later_is_not_judged_here():
     source = STASH.replace(STASH_RECORD, "").replace(
         "            tensor.untyped_storage().resize_(0)", "            del tensor")
     assert _sc104({"stash.py": source}) == []
+
+
+STAGES = """
+import torch
+
+
+class Pipeline:
+    def _run_with_event(self, runnable, event, inputs, stream):
+        with torch.cuda.stream(stream):
+            if event is not None:
+                event.wait(stream)
+                inputs.record_stream(stream)
+            output = runnable(inputs)
+            new_event = torch.cuda.Event()
+            new_event.record(stream)
+            return (output, new_event)
+
+    def _run_stage(self, idx, stage):
+        batch, event = self._outputs[idx]
+        self._outputs[idx] = self._run_with_event(runnable=stage.runnable, event=event, inputs=batch,
+                                                  stream=stage.stream)
+"""
+STAGES_RECORD = "                inputs.record_stream(stream)\n"
+
+
+def test_input_used_on_a_side_stream_and_handed_back_with_an_event_needs_its_record():
+    # torchrec 1.9.2 StagedTrainPipeline._run_with_event: the caller drops the stage input once it has the event
+    assert _sc104({"stages.py": STAGES}) == []
+    source = STAGES.replace(STAGES_RECORD, "")
+    [finding] = _sc104({"stages.py": source})
+    assert (finding.rule, finding.primary.path, finding.primary.line, finding.kind) == (
+        "SC104", "stages.py", line_of(source, "return (output, new_event)"), "FREE")
+    assert finding.extra == {"path": "inputs", "stream": "stream"}
+    assert [(r.role, r.line) for r in finding.related] == [
+        ("read", line_of(source, "output = runnable(inputs)")),
+        ("stream context", line_of(source, "with torch.cuda.stream(stream)"))]
+
+
+def test_waiting_for_the_side_stream_before_returning_or_returning_no_event_gives_nothing():
+    unrecorded = STAGES.replace(STAGES_RECORD, "")
+    waited = unrecorded.replace("            return (output, new_event)",
+                                "        torch.cuda.current_stream().wait_stream(stream)\n"
+                                "        return (output, new_event)")
+    assert _sc104({"stages.py": waited}) == []
+    no_event = unrecorded.replace("            return (output, new_event)", "            return output")
+    assert _sc104({"stages.py": no_event}) == []
+    rebound = unrecorded.replace("            output = runnable(inputs)",
+                                 "            inputs = inputs.to('cuda', non_blocking=True)\n"
+                                 "            output = runnable(inputs)")
+    assert _sc104({"stages.py": rebound}) == []
+    # the caller waits the event it gets back: its stream is ordered after the side stream before it drops the input
+    caller_waits = unrecorded.replace("                                                  stream=stage.stream)\n",
+                                      "                                                  stream=stage.stream)\n"
+                                      "        torch.cuda.current_stream().wait_event(self._outputs[idx][1])\n")
+    assert caller_waits != unrecorded and _sc104({"stages.py": caller_waits}) == []
