@@ -30,8 +30,7 @@ def access_keys(program: Program, function: Function, access: Access) -> set[tup
     if parts[-1] not in program.options.all_generic_attributes:
         keys.add(("attr", program.component(function.file), parts[-1]))
     if parts[0] in ("self", "cls"):
-        owner = program.attr_owner(function.file.path, function.owner, parts[1])
-        keys.add(("self", owner, ".".join(parts[1:])))
+        keys.add(_self_key(program, function, access.path))
     else:
         keys.add(("local", function.id, access.path))
     return keys | _attribute_keys_of_local(program, function, access)
@@ -70,25 +69,31 @@ def _self_key(program: Program, function: Function, path: str) -> tuple:
 
 
 def _attribute_paths(function: Function, path: str, line: int) -> set[str]:
-    """The `self.` paths `path` stands for through the function's derived locals bound before `line`."""
-    paths, found = {path}, set()
-    for _ in range(DERIVED_STEPS):
-        nxt = set()
-        for current in paths:
-            root, dot, rest = current.partition(".")
-            if root in ("self", "cls"):
-                if current != path and dot:
-                    found.add(current)
-                continue
-            nxt.update(source + dot + rest for local, source, bound in function.facts.derived
-                       if local == root and bound <= line and not exclusive(function.facts, bound, line))
-        paths = nxt
-        if not paths:
-            break
-    return {p for p in found if len(p.split(".")) > 2}  # `self.x` alone is a container, its key already exists
+    """The `self.` paths below an attribute (`self.x.y`) that `path` stands for through derived locals."""
+    return {p for p in derived_paths(function, path, line)
+            if p != path and p.split(".", 1)[0] in ("self", "cls") and p.count(".") > 1}
+    # (`self.x` alone is a container: its key already exists)
 
 
 DERIVED_STEPS = 4  # `op` <- `by_id` <- `local_recvs` <- `self.recv_ops` (Megatron's NCCL copy service)
+
+
+def derived_paths(function: Function, path: str, line: int) -> set[str]:
+    """`path` and what it stands for through the function's derived locals (FunctionFacts.derived) bound before
+    `line`, not in the other arm of an if/else, a few steps up (`op.tensor` -> `by_id.tensor` -> ...)."""
+    found, frontier = {path}, {path}
+    for _ in range(DERIVED_STEPS - 1):
+        reached = set()
+        for current in frontier:
+            root, dot, rest = current.partition(".")
+            if root not in ("self", "cls"):
+                reached.update(source + dot + rest for local, source, bound in function.facts.derived
+                               if local == root and bound <= line and not exclusive(function.facts, bound, line))
+        frontier = reached - found
+        if not frontier:
+            break
+        found |= frontier
+    return found
 
 
 def from_outside(program: Program, function: Function, access: Access) -> bool:
@@ -101,17 +106,8 @@ def from_outside(program: Program, function: Function, access: Access) -> bool:
         enclosing = program.functions.get(f"{function.file.path}::{access.owner}")
         return enclosing is not None and access.path.split(".", 1)[0] in enclosing.facts.params
     params |= _enclosing_params(program, function)
-    paths, seen = [access.path], set()
-    for _ in range(DERIVED_STEPS):
-        roots = {p.split(".", 1)[0] for p in paths} - seen
-        if any(p.startswith("self.") for p in paths) or roots & params:
-            return True
-        seen |= roots
-        paths = [source for local, source, line in function.facts.derived
-                 if local in roots and line <= access.line and not exclusive(function.facts, line, access.line)]
-        if not paths:
-            return False
-    return False
+    return any(p.startswith("self.") or p.split(".", 1)[0] in params
+               for p in derived_paths(function, access.path, access.line))
 
 
 def _enclosing_params(program: Program, function: Function) -> set[str]:
