@@ -331,19 +331,26 @@ def unordered(program: "Program", first: Context, second: Context) -> bool:
                                            second.stream, first.stream):
             return False
         return not (second.chain and _ordered_on_chain(program, second, first.stream))
+    consumers = frozenset({second.function.id} | ({second.region_fn.id} if second.region_fn else set()))
     if not second.chain and _only_called_before(program, second.function, first):
-        return False  # the second's function runs only from the first's, before it (Megatron's check_grads
-        # before the all-reduce): program order is known, and it is the other one
+        # The second's function runs only from the first's, before it (Megatron's check_grads before the
+        # all-reduce): in one call the order is the other one; a hook's next call, on its own stream, comes after.
+        return not ordered_after(program, first, first.stream, second.stream, consumers) \
+            and _across_hook_calls(program, first, second, consumers)
     later_lines = [second.access.line] if second.function is first.function else []
     later_lines += [edge.call.line for edge in second.chain if edge.caller == first.function.id]
     if any(exits_before(first.function, first.access.line, line) for line in later_lines):
         return False  # the second is reached through a call of the first's function that a block holding the
         # first returns before (`if hybrid: ...write...; return` then the other path's call)
-    consumers = frozenset({second.function.id} | ({second.region_fn.id} if second.region_fn else set()))
     if ordered_after(program, first, first.stream, second.stream, consumers):
         return False
     if not ordered_before(program, second, first.stream):
         return True
+    return _across_hook_calls(program, first, second, consumers)
+
+
+def _across_hook_calls(program: "Program", first: Context, second: Context, consumers: frozenset[str]) -> bool:
+    """`second` follows `first` in a later call of their hook, and waits for no stream but that call's own."""
     return _earlier_hook_call(program, first, second, consumers) \
         and not ordered_before(program, second, EARLIER_HOOK_CALL)
 

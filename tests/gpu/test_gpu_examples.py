@@ -57,6 +57,9 @@ ONE_GPU = {
     # allocation's own write on the current stream and the copy stream's write: the same missing wait, as a WAW
     # (device call of session 6: benchmarks/results/issue18-s6-device1-tests.txt).
     "fresh_block_on_side_stream": ("SC201", "WAW"),
+    # Two backward passes under two streams: the hook's second call reduces, on a stream that waited only for the
+    # second stream, the copy its first call made on the first one.
+    "bucket_across_hook_calls": ("SC201", "RAW"),
 }
 
 

@@ -1,4 +1,5 @@
-"""Scenarios 1-32 of SCENARIOS.md on the online detector's core: exact count, kind and accesses of every race.
+"""Scenarios 1-32 of SCENARIOS.md (33: an examples/ pair) on the online detector's core: exact count, kind and
+accesses of every race.
 
 Each access carries an `op` label naming it ("read s1 t1"), so a race is asserted as (kind, earlier label, later
 label). Streams are "cuda:0/s<i>", the host thread is "T0", tensors are whole 64-byte storages unless a scenario
@@ -472,3 +473,25 @@ def test_32_future_wait_on_a_side_stream_orders_only_that_stream():
     assert p.races() == []
     p.read(2, 1)
     assert p.races() == [("RAW", "allreduce", "read s2 t1")]
+
+
+GRAD_A, GRAD_B, BUCKET, REDUCED = 21, 22, 23, 24
+
+
+@pytest.mark.parametrize("fixed", [False, True])
+def test_33_bucket_filled_by_hook_calls_on_two_streams(fixed):
+    """examples/bucket_across_hook_calls, at the model level: two backward passes under s1 and s2 run the gradient
+    hook on the autograd thread, once on each stream. The first call copies its gradient into bucket half 0 on s1;
+    the second reduces half 0 on s3, which waits for s2 only (racy) or for every stream a copy ran on (fixed:
+    s1), then copies its own gradient into half 1 on s2 after s2 waited for s3."""
+    p = Program()
+    autograd = "T_autograd"
+    p.d.thread_start(T0, autograd)
+    p.d.kernel(autograd, s(1), writes=[(GRAD_A, 0, SIZE)], op="accumulate a.grad on s1")
+    p.d.kernel(autograd, s(1), reads=[(GRAD_A, 0, SIZE)], writes=[(BUCKET, 0, SIZE // 2)], op="copy a.grad on s1")
+    p.d.kernel(autograd, s(2), writes=[(GRAD_B, 0, SIZE)], op="accumulate b.grad on s2")
+    p.wait_stream(3, 1 if fixed else 2, thread=autograd)
+    p.d.kernel(autograd, s(3), reads=[(BUCKET, 0, SIZE // 2)], writes=[(REDUCED, 0, SIZE)], op="sum half 0 on s3")
+    p.wait_stream(2, 3, thread=autograd)
+    p.d.kernel(autograd, s(2), reads=[(GRAD_B, 0, SIZE)], writes=[(BUCKET, SIZE // 2, SIZE)], op="copy b.grad on s2")
+    assert p.races() == ([] if fixed else [("RAW", "copy a.grad on s1", "sum half 0 on s3")])

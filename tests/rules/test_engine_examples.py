@@ -42,6 +42,9 @@ PAIRS = {
     "side_stream_overwrites_input": ("SC106", "WAR", "race", "switch"),
     # A block the current stream just allocated, filled on a side stream first (fresh_block_on_side_stream.py)
     "fresh_block_on_side_stream": ("SC106", "WAR", "race", "earlier"),
+    # A gradient hook's copy into a shared bucket, reduced by its next call, which waits only for its own current
+    # stream (races.py `_earlier_hook_call`; DeepSpeed PR #8080)
+    "bucket_across_hook_calls": ("SC101", "RAW", "earlier", "race"),
 }
 
 

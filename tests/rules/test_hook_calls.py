@@ -117,3 +117,64 @@ def test_no_autofix_inserts_the_wait_that_is_already_there():
 
     [finding] = findings_of({"zero.py": _source(reduce_first=REDUCE_FIRST)}, {"SC101"})
     assert derive_fix(finding) is None
+
+
+DIRECT = """
+    import torch
+
+
+    class Bucket:
+        def __init__(self, params, numel):
+            self.reduction_stream = torch.cuda.Stream()
+            self.buffer = torch.zeros(numel, device="cuda")
+            self.reduced = torch.zeros(1, device="cuda")
+            self.elements = 0
+            self.numel = numel
+            for p in params:
+                p.register_post_accumulate_grad_hook(self.add_grad)
+
+        def add_grad(self, param):
+            if self.elements + param.numel() > self.numel:
+                self.reduce_bucket()
+            self.buffer[self.elements:self.elements + param.numel()].copy_(param.grad.view(-1))
+            self.elements += param.numel()
+
+        def reduce_bucket(self):
+            stream = self.reduction_stream
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                torch.sum(self.buffer, 0, keepdim=True, out=self.reduced)
+            torch.cuda.current_stream().wait_stream(stream)
+            self.elements = 0
+"""
+
+
+def test_a_reduction_the_hook_calls_itself_before_its_copy_is_a_later_calls():
+    # reduce_bucket runs only from add_grad, before the copy: in one call the read comes first (races.py
+    # `_only_called_before`), but the next call's reduction reads this call's copy, on another current stream
+    source = textwrap.dedent(DIRECT)
+    [finding] = findings_of({"bucket.py": source}, {"SC101"})
+    assert (finding.rule, finding.kind, finding.primary.line, finding.primary.path) == (
+        "SC101", "RAW", line_of(source, ".copy_(param.grad.view(-1))"), "bucket.py")
+    assert finding.extra == {"path": "self.buffer", "writer_stream": "", "reader_stream": "self.reduction_stream",
+                             "consumer": "device op", "across_hook_calls": True}
+    assert [(r.line, r.role) for r in finding.related][:2] == [
+        (line_of(source, "torch.sum(self.buffer"), "read"), (line_of(source, "with torch.cuda.stream(stream):"),
+                                                               "stream context")]
+
+
+def test_the_same_shape_outside_a_hook_reads_before_it_writes():
+    # no hook: one current stream runs every call of add_grad, and in each the read comes before the copy
+    source = textwrap.dedent(DIRECT).replace(
+        "p.register_post_accumulate_grad_hook(self.add_grad)", "self.params = params")
+    assert findings_of({"bucket.py": source}, {"SC101"}) == []
+
+
+def test_waiting_for_the_streams_each_call_copied_on_orders_the_direct_reduction():
+    source = textwrap.dedent(DIRECT).replace(
+        "stream.wait_stream(torch.cuda.current_stream())",
+        "for copy_stream in self.copy_streams:\n            stream.wait_stream(copy_stream)").replace(
+        ".copy_(param.grad.view(-1))",
+        ".copy_(param.grad.view(-1))\n        self.copy_streams.add(torch.cuda.current_stream())")
+    assert "for copy_stream in self.copy_streams:" in source and "self.copy_streams.add(" in source
+    assert findings_of({"bucket.py": source}, {"SC101"}) == []
