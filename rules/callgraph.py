@@ -441,6 +441,11 @@ class CallGraph:
     def calls_of(self, fid: str) -> Iterator[tuple[Call, list[Edge]]]:
         return iter(self._calls_with_edges[fid])
 
+    def functions_named(self, function: Function, name: str) -> list[str]:
+        """The functions a plain or dotted name means where `function` mentions it (`p2p_func = _p2p_ops`)."""
+        return [fid for fid in self._resolve_name_in_file(function.file, name, function.facts.qualname)
+                if fid in self.functions]
+
 
 def _forwarded_args(call: Call, held: AttrFunction) -> tuple[str, ...]:
     """The arguments a forwarding lambda's call gets when the attribute is called with `call`'s (see

@@ -21,6 +21,7 @@ from typing import Any, Callable
 from .extract_bindings import ALIAS, Bindings
 from .extract_blocks import RegionsAndBlocks
 from .extract_calls import CallsAndAccesses
+from .extract_handle_flow import handle_flow_facts
 from .extract_keeps import kept_facts
 from .extract_names import METADATA_ATTRS, METADATA_METHODS, NOT_DATA_WRITES, VIEW_METHODS
 from .extract_paths import access_path, dotted, elements, split_index
@@ -300,6 +301,10 @@ class _FactsVisitor(CallsAndAccesses, Bindings, RegionsAndBlocks, ast.NodeVisito
         self.class_stack.pop()
         if self.detailed:
             fn.kept_events = kept_facts(node, self.src_lines if self.lines_as_parsed else None)
+            fn.handle_flow = handle_flow_facts(node)
+            for row in fn.handle_flow:  # a take may be a finding's place (handle_flow.py)
+                if row[0] == "bind" and any(o[0] == "take" for o in row[2]):
+                    self._keep_line(row[3])
             for fact in fn.kept_events:
                 self._keep_line(fact[4])
         _drop_unwritten_locals(fn)

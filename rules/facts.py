@@ -243,6 +243,9 @@ class FunctionFacts:
     # (how, container, element, others, line, column): containers keeping tensors with an event, the drops of
     # their elements and the waits on those events (extract_keeps.py, kept_with_events.py).
     kept_events: list[tuple[str, str, str, str, int, int]] = field(default_factory=list)
+    # How values move between locals, containers, calls and returns (extract_handle_flow.py; rows as lists):
+    # what the handle-flow query (handle_flow.py) follows async handles through.
+    handle_flow: list[list] = field(default_factory=list)
 
     _parts = {
         "calls": Call, "accesses": Access, "syncs": Sync, "regions": Region, "uses": Use, "placements": Placement,
@@ -276,6 +279,7 @@ class FunctionFacts:
         kwargs["hands_out"] = list(data.get("hands_out", ()))
         kwargs["hands_back"] = list(data.get("hands_back", ()))
         kwargs["kept_events"] = [tuple(t) for t in data.get("kept_events", ())]
+        kwargs["handle_flow"] = [list(t) for t in data.get("handle_flow", ())]
         for key, kind in cls._parts.items():
             kwargs[key] = [_build(kind, item) for item in data.get(key, ())]
         return cls(**kwargs)

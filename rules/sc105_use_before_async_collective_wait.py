@@ -14,6 +14,7 @@ from .races import exits_before, loop_around
 from .rule import Rule, location
 from .extract_handles import BATCH_P2P, P2P_LAUNCHES, P2P_SEND
 from .extract_pairs import EVENT_RECORD, EVENT_WAIT
+from .handle_flow import dropped_handles, finding as dropped_finding
 from .handles_at_exit import finding as left_in_flight_finding, left_in_flight, single_handle, wait_text
 from .loop_carried_handles import carried_touch
 from .travelling_handles import MENTIONS, TravellingTouch, bound_local, travelling_touches
@@ -52,6 +53,12 @@ class UseBeforeAsyncCollectiveWait(Rule):
         in a loop whose tensor the body makes afresh and whose handle it waits only in the next iteration is
         checked from the body's first line again: a touch there before the wait races with the previous
         iteration's collective.
+        Handles travel as values (handle_flow.py): returned inside a dict, list or tuple by a helper
+        (`reqs["recv"] = dist.irecv(buf, src)` ... `return reqs`), merged (`reqs.update(...)`), taken apart by
+        the caller (`buf, handles = comm.exchange(...)`), queued (`pending.append(handles.pop("recv"))`) and
+        taken out again (`h = pending.pop(0)`). A handle of another function's receive or collective taken out
+        of a container and then dropped (bound again, or the function ends, with no use of it in between) is
+        never waited: nothing orders the current stream after it (Megatron's interleaved 1F1B schedule).
         A handle object of the file whose `wait()` writes a tensor it was constructed with (Megatron's
         `_ReduceScatterWithFP32AccumulationWorkHandle` copies the fp32 sum into `output_tensor`) is a launch where
         it is built and bound to a local, on that tensor (extract_handle_objects.py).
@@ -335,6 +342,37 @@ class BucketGroup:
             for bucket in self.buckets:
                 params.copy_(bucket.param_data)
 """,
+        # A receive's handle returned in a dict inside a tuple, queued, and waited in the next iteration.
+        """
+import torch
+import torch.distributed as dist
+
+def _ops(send, recv, peer):
+    reqs = {}
+    if send is not None:
+        reqs["send"] = dist.isend(send, peer)
+    req = dist.irecv(recv, peer)
+    reqs["recv"] = req
+    return reqs
+
+def exchange(send, shape, peer):
+    recv = torch.empty(shape, device="cuda")
+    handles = {}
+    handles.update(_ops(send, recv, peer))
+    return recv, handles
+
+def schedule(model, x, n, shape):
+    pending = []
+    inputs = [x]
+    for k in range(n):
+        if k > 0:
+            h = pending.pop(0)
+            h.wait()
+        y = model(inputs[-1])
+        buf, handles = exchange(y, shape, 1)
+        pending.append(handles.pop("recv"))
+        inputs.append(buf)
+""",
     ]
 
     INVALID = [
@@ -583,6 +621,36 @@ class BucketGroup:
             for bucket in self.buckets:
                 params.copy_(bucket.param_data)  # expect: SC105
 """,
+        # The same queue of receive handles, one taken out and dropped without a wait.
+        """
+import torch
+import torch.distributed as dist
+
+def _ops(send, recv, peer):
+    reqs = {}
+    if send is not None:
+        reqs["send"] = dist.isend(send, peer)
+    req = dist.irecv(recv, peer)
+    reqs["recv"] = req
+    return reqs
+
+def exchange(send, shape, peer):
+    recv = torch.empty(shape, device="cuda")
+    handles = {}
+    handles.update(_ops(send, recv, peer))
+    return recv, handles
+
+def schedule(model, x, n, shape):
+    pending = []
+    inputs = [x]
+    for k in range(n):
+        if k > 0:
+            h = pending.pop(0)  # expect: SC105
+        y = model(inputs[-1])
+        buf, handles = exchange(y, shape, 1)
+        pending.append(handles.pop("recv"))
+        inputs.append(buf)
+""",
     ]
 
     def check(self, program: Program) -> Iterable[Finding]:
@@ -606,6 +674,8 @@ class BucketGroup:
             if (left.function.id, left.work.line) not in reported:  # (a batch's sends after its receives)
                 reported.add((left.function.id, left.work.line))
                 yield left_in_flight_finding(self.id, left)
+        for dropped in dropped_handles(program):
+            yield dropped_finding(self.id, program, dropped)
 
     def _returned(self, function: Function, work: AsyncWork, tensor: str, use) -> Finding:
         facts = function.facts
