@@ -303,7 +303,7 @@ class _FactsVisitor(CallsAndAccesses, Bindings, RegionsAndBlocks, ast.NodeVisito
             fn.kept_events = kept_facts(node, self.src_lines if self.lines_as_parsed else None)
             fn.handle_flow = handle_flow_facts(node)
             for row in fn.handle_flow:  # a take may be a finding's place (handle_flow.py)
-                if row[0] == "bind" and any(o[0] == "take" for o in row[2]):
+                if row[0] == "bind" and any(o[0] == "take" and o[3] for o in row[2]):
                     self._keep_line(row[3])
             for fact in fn.kept_events:
                 self._keep_line(fact[4])

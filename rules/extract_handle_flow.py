@@ -12,11 +12,12 @@ schedule destructures `buf, handles = comm.send_forward_recv_forward(...)`, queu
                                             `c.extend(v)` ("=": the value's elements keep their keys)
 - ["return", positions, line]               `return a, b` (one operand list per position; one position for a
                                             single value)
-- ["mention", local, line, column, test]    a load of a local that a take bound (`h = c.pop(0)`); test is 1 for
+- ["mention", local, line, column, test]    a load of a local bound by a removal (`h = c.pop(0)`); test is 1 for
                                             `h is None` / `h is not None`, which does nothing with the handle
 - ["captured", local]                       such a local that a nested function or lambda also names
-An operand is ["name", n], ["take", container, key] (`c.pop(k)`, `c.get(k)`, `c[k]`, `c.popleft()`; key "" when
-it is no string constant) or ["call", line, column]. Only names (no attribute paths) take part.
+An operand is ["name", n], ["take", container, key, removed] (`c.pop(k)`, `c.get(k)`, `c[k]`, `c.popleft()`; key ""
+when it is no string constant; removed 1 for pop/popleft/popitem, which leave the local the only holder) or
+["call", line, column]. Only names (no attribute paths) take part.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import ast
 from .extract_keeps import _SCOPES, _own_statements
 
 TAKES = frozenset({"pop", "popleft", "get", "popitem"})
+REMOVALS = frozenset({"pop", "popleft", "popitem"})  # the element leaves the container: the local holds the last
 APPENDS = frozenset({"append", "appendleft", "insert"})
 MERGES = frozenset({"update", "extend"})
 ANY_KEY = "*"
@@ -34,7 +36,7 @@ MERGED = "="
 
 def handle_flow_facts(node: ast.FunctionDef | ast.AsyncFunctionDef) -> list[list]:
     rows: list[list] = []
-    taken: set[str] = set()  # locals bound by a take: their later mentions are kept
+    taken: set[str] = set()  # locals bound by a removal: their later mentions are kept
     for stmt in _own_statements(node):
         if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
             targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
@@ -42,7 +44,7 @@ def handle_flow_facts(node: ast.FunctionDef | ast.AsyncFunctionDef) -> list[list
             for target in targets:
                 if isinstance(target, ast.Name) and operands:
                     rows.append(["bind", target.id, operands, stmt.lineno, stmt.col_offset + 1])
-                    if any(o[0] == "take" for o in operands):
+                    if any(o[0] == "take" and o[3] for o in operands):
                         taken.add(target.id)
                 elif isinstance(target, (ast.Tuple, ast.List)) and isinstance(stmt.value, ast.Call):
                     names = [e.id if isinstance(e, ast.Name) else "" for e in target.elts]
@@ -63,8 +65,7 @@ def handle_flow_facts(node: ast.FunctionDef | ast.AsyncFunctionDef) -> list[list
             bound = _loop_element(stmt.target, stmt.iter)
             if bound is not None:
                 name, container = bound
-                rows.append(["bind", name, [["take", container, ""]], stmt.lineno, stmt.col_offset + 1])
-                taken.add(name)
+                rows.append(["bind", name, [["take", container, "", 0]], stmt.lineno, stmt.col_offset + 1])
         elif isinstance(stmt, ast.Return) and stmt.value is not None:
             parts = stmt.value.elts if isinstance(stmt.value, ast.Tuple) else [stmt.value]
             positions = [_operands(p) for p in parts]
@@ -81,11 +82,12 @@ def _operands(value: ast.AST) -> list[list]:
     if isinstance(value, ast.Name):
         return [["name", value.id]]
     if isinstance(value, ast.Subscript) and isinstance(value.value, ast.Name):
-        return [["take", value.value.id, _key(value.slice)]]
+        return [["take", value.value.id, _key(value.slice), 0]]
     if isinstance(value, ast.Call):
         func = value.func
         if isinstance(func, ast.Attribute) and func.attr in TAKES and isinstance(func.value, ast.Name):
-            return [["take", func.value.id, _key(value.args[0]) if value.args else ""]]
+            removed = int(func.attr in REMOVALS)
+            return [["take", func.value.id, _key(value.args[0]) if value.args else "", removed]]
         return [["call", value.lineno, value.col_offset + 1]]
     return []
 

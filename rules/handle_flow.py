@@ -16,13 +16,13 @@ may be there, under the dict key it was stored at ("" for the value itself, "*" 
 The flow is insensitive to order within a function (`reqs = None` after waiting them does not empty `reqs`).
 
 The query: a local bound to the handle of a launch in another function (a receive, a collective; not a send)
-taken out of a container (`h = pending.pop(0)`), that nothing uses before it is bound again or the function ends
-(in a loop, before the body comes round to the binding again): the handle is dropped unwaited, and nothing can
-order the current stream after the launch any more. A send's handle is left out (ProcessGroupNCCL keeps a sent
-tensor alive until its work completes; only a write of it could race), and so is a local a nested function reads
-(it may wait it there), and a drop followed by a device-wide synchronize before the body comes round.
-Only files with detailed facts (prefilter.py) have the rows: a schedule whose code names no stream word is not
-followed.
+taken out of a container (`h = pending.pop(0)`, `popleft()`, `popitem()`: the local is then its last holder) that
+nothing uses before it is bound again or the function ends (in a loop, before the body comes round to the binding
+again): the handle is dropped unwaited, and nothing can order the current stream after the launch any more. A
+send's handle is left out (ProcessGroupNCCL keeps a sent tensor alive until its work completes; only a write of it
+could race), and so are a local a nested function reads (it may wait it there) and a drop followed by a
+device-wide synchronize. Only files with detailed facts (prefilter.py) have the rows: a schedule whose code names
+no stream word is not followed.
 """
 
 from __future__ import annotations
@@ -57,8 +57,7 @@ def dropped_handles(program: Program) -> Iterator[DroppedHandle]:
     flow = program.memo("handle_flow", lambda: _Flow(program))
     for function in program.functions.values():
         rows = function.facts.handle_flow
-        if not any(r[0] == "mention" for r in rows) and not any(
-                r[0] == "bind" and any(o[0] == "take" for o in r[2]) for r in rows):
+        if not any(r[0] == "bind" and any(o[0] == "take" and o[3] for o in r[2]) for r in rows):
             continue
         yield from _dropped_in(flow, function)
 
@@ -79,7 +78,7 @@ def _dropped_in(flow: "_Flow", function: Function) -> Iterator[DroppedHandle]:
         if r[0] != "bind" or r[1] in captured:
             continue
         local, line = r[1], r[3]
-        takes = [o for o in r[2] if o[0] == "take"]
+        takes = [o for o in r[2] if o[0] == "take" and o[3]]  # taken out: the local is the handle's last holder
         if not takes:
             continue
         held = set().union(*(flow.value(function, o) for o in takes))
