@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import time
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,11 @@ def backend_from_environment() -> str:
     return value
 
 
+def sources_digest() -> str:
+    """A digest of every file of native_hook/ (the headers too): the build's flags carry it and the module says it."""
+    return hashlib.sha256(b"".join(p.read_bytes() for p in sorted(SOURCE_DIR.iterdir()))).hexdigest()[:16]
+
+
 def load() -> Any:
     """Build (first time) and import the extension; NativeUnavailable with the reason when that fails."""
     global _module, _load_error
@@ -68,12 +74,14 @@ def load() -> Any:
         from torch.utils.cpp_extension import load as load_extension
 
         # torch rebuilds when the listed source or the flags change: the digest of every file puts the headers in
-        digest = hashlib.sha256(b"".join(p.read_bytes() for p in sorted(SOURCE_DIR.iterdir()))).hexdigest()[:16]
+        digest = sources_digest()
         # STREAMCHECK_NATIVE_CFLAGS: extra flags for a measuring build (-DSTREAMCHECK_STAGE_TIMES, stage_times.h)
         # -fvisibility=hidden: nothing but the module's init is exported, so calls between the hook's functions and
         # its thread-locals need no indirection (pybind11 asks for it too)
         flags = ["-O2", "-fvisibility=hidden", f"-DSTREAMCHECK_NATIVE_SOURCES=0x{digest}",
                  *os.environ.get("STREAMCHECK_NATIVE_CFLAGS", "").split()]
+
+        _clear_stale_lock("streamcheck_native_hook")
 
         def build(extra: list[str]) -> Any:
             return load_extension("streamcheck_native_hook", [str(SOURCE_DIR / "hook.cpp")], extra_cflags=flags + extra,
@@ -97,6 +105,10 @@ def load() -> Any:
             except Exception:  # noqa: BLE001
                 if given_up == len(fallbacks):
                     raise
+        built_from = getattr(_module, "source_digest", None)
+        if built_from != f"0x{digest}":
+            raise RuntimeError(f"the loaded hook was built from other sources ({built_from}, these are 0x{digest}): "
+                               "a build left by another streamcheck; remove it from torch's extension directory")
         memory_reports_in_cpp = given_up < 4  # else the allocator's reports go through Python too
         global tls_descriptors
         tls_descriptors = given_up < 0
@@ -108,6 +120,26 @@ def load() -> Any:
         _load_error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"
         raise NativeUnavailable(_load_error) from exc
     return _module
+
+
+STALE_LOCK_S = 900  # a build takes about a minute; a lock this old was left by a build that was killed
+
+
+def _clear_stale_lock(name: str) -> str | None:
+    """Remove torch's build lock for `name` when no build can still hold it; the path removed, else None.
+
+    torch's JIT builder takes the lock by creating a file and waits, forever, while the file exists: a build killed
+    mid-way (a timeout, ^C) leaves it, and every later build of the hook would hang on it."""
+    try:
+        from torch.utils.cpp_extension import _get_build_directory
+
+        lock = Path(_get_build_directory(name, verbose=False)) / "lock"
+        if lock.exists() and time.time() - lock.stat().st_mtime > STALE_LOCK_S:
+            lock.unlink()
+            return str(lock)
+    except Exception:  # noqa: BLE001 - a private helper of torch that may move; the build then runs as before
+        return None
+    return None
 
 
 class ThreadEntry:

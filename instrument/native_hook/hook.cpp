@@ -389,8 +389,17 @@ TORCH_LIBRARY_IMPL(_, TESTING_ONLY_GenericMode, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&streamcheck_native::hook>());
 }
 
+#ifndef STREAMCHECK_NATIVE_SOURCES
+#define STREAMCHECK_NATIVE_SOURCES unknown
+#endif
+#define STREAMCHECK_STRINGIFY_(x) #x
+#define STREAMCHECK_STRINGIFY(x) STREAMCHECK_STRINGIFY_(x)
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "streamcheck's per-op hook (see instrument/native_hook/hook.cpp)";
+  // the digest of the sources this build was made from (native.py compares it: a module left by an older build
+  // must not be taken for this one)
+  m.attr("source_digest") = STREAMCHECK_STRINGIFY(STREAMCHECK_NATIVE_SOURCES);
   bind_detector(m);
   m.def("install", &install, "Set the Python callbacks: on_access, on_special, after_special, on_error");
   m.def("set_active", &set_active, "Instrumentation on or off (off: no hook on this thread, GPU trace paused)");

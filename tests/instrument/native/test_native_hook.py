@@ -458,3 +458,26 @@ def test_a_closed_step_window_takes_the_hook_off_the_thread_and_opening_it_puts_
         assert not watch.recorder.active and not module.this_thread_watched()
     assert not module.this_thread_watched()
 
+
+
+def test_loaded_hook_was_built_from_these_sources(module):
+    # load() refuses a module whose digest differs (a build left by another checkout or an older streamcheck)
+    digest = native.sources_digest()
+    assert module.source_digest == f"0x{digest}"
+
+
+def test_build_lock_left_by_a_killed_build_is_removed(tmp_path, monkeypatch):
+    import os
+    import time
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    build_dir = tmp_path / "some_hook"
+    build_dir.mkdir()
+    lock = build_dir / "lock"
+    lock.write_text("")
+    assert native._clear_stale_lock("some_hook") is None  # a fresh lock: a build may hold it
+    assert lock.exists()
+    old = time.time() - native.STALE_LOCK_S - 60
+    os.utime(lock, (old, old))
+    assert native._clear_stale_lock("some_hook") == str(lock)
+    assert not lock.exists()
