@@ -115,7 +115,7 @@ class _Flow:
 
     def holdings(self, function: Function) -> Holdings:
         fid = function.id
-        if fid not in self._holdings:
+        if fid not in self._holdings and fid not in self._busy:  # (a nested function called while its parent runs)
             self._evaluate(function)
         return self._holdings.get(fid, {})
 
