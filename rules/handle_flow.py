@@ -243,5 +243,6 @@ def finding(rule: str, program: Program, dropped: DroppedHandle) -> Finding:
         fix=f"Call `{dropped.local}.wait()` after line {dropped.line}, before the tensor it writes is used.",
         kind="RAW",
         symbol=facts.qualname,
-        extra={"path": dropped.container, "handle": dropped.local, "collective": op},
+        # no "handle": its wait goes after the take, not before the finding's line (no derived --fix)
+        extra={"path": dropped.container, "dropped_handle": dropped.local, "collective": op},
     )
