@@ -63,7 +63,9 @@ class Bindings(ast.NodeVisitor):
             func = node.value.func
             op = func.attr if isinstance(func, ast.Attribute) else dotted(func)
             for name in target.elts if isinstance(target, ast.Tuple) else [target]:
-                self._access("write", name, *end, op.rsplit(".", 1)[-1], at=end, fresh=True)
+                # `buf[i] = x.to(...)` copies the new tensor into buf's memory: a write, not a fresh binding
+                self._access("write", name, *end, op.rsplit(".", 1)[-1], at=end,
+                             fresh=not isinstance(name, ast.Subscript))
         elif self._bound_in_region(target, node.value):
             # `self.cached = gather(x)` / `self.cached = out` inside `with stream(s):` keeps a tensor of s's work
             # for later: a binding (op ALIAS) that tells where the attribute's tensor comes from, not a kernel's

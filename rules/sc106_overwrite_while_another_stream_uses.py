@@ -51,7 +51,9 @@ class OverwriteWhileAnotherStreamUses(Rule):
         known). A side stream that is made to wait anywhere in the program is taken as waited before each of its
         overwrites of outside tensors; a stream handed to a constructor is not followed. An allocation is followed
         only through the writing function and the helpers it calls; the runtime detector starts a fresh history
-        at each allocation, so it does not report the fresh-block overwrite.
+        at each allocation, so it does not report the fresh-block overwrite. An element store of a new tensor
+        (`kv_cache[blocks] = cpu[ids].to("cuda")`) is a write into the tensor stored into, also where that is a
+        dict or a list (which only rebinds an element): the lint does not tell containers from tensors there.
 
     Fix:
         Make the writing stream wait for the other one before the write:
@@ -106,6 +108,19 @@ def copy_back(gpu_param, host_param, copy_stream):
 def step(params, host_params):
     copy_stream = torch.cuda.Stream()
     copy_back(params, host_params, copy_stream)
+""",
+        # The load stream waits for the current stream before it copies new blocks into the caller's cache.
+        """
+import torch
+
+def load(kv_cache, cpu_cache, cpu_blocks, gpu_blocks, load_stream):
+    load_stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(load_stream):
+        kv_cache[gpu_blocks] = cpu_cache[cpu_blocks].to("cuda", non_blocking=True)
+
+def step(kv_cache, cpu_cache, cpu_blocks, gpu_blocks):
+    load_stream = torch.cuda.Stream()
+    load(kv_cache, cpu_cache, cpu_blocks, gpu_blocks, load_stream)
 """,
         # Written first, read later (SC101's business, not a WAR).
         """
@@ -195,6 +210,18 @@ def copy_back(gpu_param, host_param, copy_stream):
 def step(params, host_params):
     copy_stream = torch.cuda.Stream()
     copy_back(params, host_params, copy_stream)
+""",
+        # An element store of a new tensor copies it into the caller's tensor (vLLM's KV-block load, reduced).
+        """
+import torch
+
+def load(kv_cache, cpu_cache, cpu_blocks, gpu_blocks, load_stream):
+    with torch.cuda.stream(load_stream):
+        kv_cache[gpu_blocks] = cpu_cache[cpu_blocks].to("cuda", non_blocking=True)  # expect: SC106
+
+def step(kv_cache, cpu_cache, cpu_blocks, gpu_blocks):
+    load_stream = torch.cuda.Stream()
+    load(kv_cache, cpu_cache, cpu_blocks, gpu_blocks, load_stream)
 """,
     ]
 

@@ -203,3 +203,19 @@ def test_a_stream_object_used_as_context_manager():
     source = "def f(self, x):\n    with self.copy_stream:\n        x.add_(1)\n    with self.stream_lock:\n        pass\n"
     fn = extract_facts(source, "s.py", StaticOptions()).functions[1]
     assert [(r.stream, r.line, r.end_line) for r in fn.regions] == [("self.copy_stream", 2, 3)]
+
+
+def test_an_element_store_of_a_new_tensor_writes_into_the_tensor_stored_into():
+    # `y = x.to(...)` binds a new tensor (fresh: no memory anyone used before); `kv[blocks] = x.to(...)` copies
+    # that new tensor into kv's memory, which other streams may still use (vLLM's KV load, issue 14)
+    source = textwrap.dedent("""
+        def load(kv, cpu, blocks, side):
+            with torch.cuda.stream(side):
+                y = cpu.to("cuda", non_blocking=True)
+                kv[blocks] = cpu.to("cuda", non_blocking=True)
+    """)
+    fn = extract_facts(source, "kv.py", StaticOptions()).functions[1]
+    assert [(a.path, a.line, a.op, a.index, a.fresh) for a in fn.accesses if a.kind == "write"] == [
+        ("y", line_of(source, "y = cpu.to"), "to", "", True),
+        ("kv", line_of(source, "kv[blocks] ="), "to", "blocks", False),
+    ]
