@@ -112,13 +112,22 @@ def _followed(program: "Program", edges: list["Edge"]) -> "Function | None":
 
 def _result_writes(program: "Program", callee: "Function", call: Call, local: str) -> list[Access]:
     returned = set(callee.facts.returned)
-    writes = [a for a in program.own_accesses(callee)
-              if a.kind == "write" and a.path in returned and a.region == NO_REGION and not a.owner]
-    if not writes:
+    ops = [a.op for a in program.own_accesses(callee)
+           if a.kind == "write" and a.path in returned and a.region == NO_REGION and not a.owner]
+    # a kernel's result returned as it is made; a copy made asynchronous by the caller's flag only where it is
+    ops += [op for op, flag in callee.facts.made_results if not flag or _given_true(callee, call, flag)]
+    if not ops:
         return []
-    first = writes[0]
-    return [Access("write", local, call.line, call.column, f"{first.op} in {callee.facts.qualname}", call.region,
+    return [Access("write", local, call.line, call.column, f"{ops[0]} in {callee.facts.qualname}", call.region,
                    fresh=True)]
+
+
+def _given_true(callee: "Function", call: Call, param: str) -> bool:
+    """Whether `call` passes the constant True for the callee's parameter `param` (by keyword or position)."""
+    if param in call.true_args:
+        return True
+    params = [p for p in callee.facts.params if p not in ("self", "cls")]
+    return param in params and str(params.index(param)) in call.true_args
 
 
 def _kept(program: "Program", caller: "Function", callee: "Function", call: Call, param: str, path: str,

@@ -230,7 +230,9 @@ class CallGraph:
             parts = [] if scope == MODULE_SCOPE or head not in self._nested_names[file.path] else scope.split(".")
             while parts:
                 fid = f"{file.path}::{'.'.join(parts + [head])}"
-                if fid in self.functions:
+                # (a class body's names are not visible from its methods: `_wait_for_batch(...)` in the method
+                # `_wait_for_batch` calls the module's or an imported function, not the method itself)
+                if fid in self.functions and (file.path, ".".join(parts)) not in self._classes:
                     return [fid]
                 parts.pop()
             top = self._top_level.get(file.path, {})

@@ -48,6 +48,9 @@ class Bindings(ast.NodeVisitor):
                     self.pending_attr_functions.append(
                         (target.attr, dotted(node.value), self._scope_name(), node.lineno))
         self.generic_visit(node)
+        if self.detailed and len(node.targets) > 1:
+            for target in node.targets:  # `self._cur = cur = nxt`: `cur` is bound again
+                self._unbind_names(target)
         if not self.detailed or len(node.targets) != 1:
             return
         self._name_recorded_event(node.targets[0], node.value)
@@ -76,11 +79,30 @@ class Bindings(ast.NodeVisitor):
             # so what it hands back is s's to order, like a kernel's output.
             self._access("write", target, *end, "wait", at=end, fresh=True)
 
+    def _made_result(self, value: ast.AST) -> tuple[str, str] | None:
+        """(op, flag parameter) when a returned value is a new tensor a kernel makes (FunctionFacts.made_results):
+        `x.to(d, non_blocking=True)`, `torch.cat(xs)`, or a copy whose `non_blocking` is a parameter (torchrec's
+        `_to_device`); `cast(T, v)` is `v`."""
+        if isinstance(value, ast.Call) and dotted(value.func).rsplit(".", 1)[-1] == "cast" and len(value.args) == 2:
+            value = value.args[1]
+        if not isinstance(value, ast.Call):
+            return None
+        op = dotted(value.func).rsplit(".", 1)[-1]
+        if isinstance(value.func, ast.Attribute) and op in COPYING_METHODS:
+            flags = [k.value for k in value.keywords if k.arg == "non_blocking"]
+            if flags and isinstance(flags[0], ast.Name) and flags[0].id in self.fn.params:
+                return op, flags[0].id
+        return (op, "") if self._produces_tensor(value) else None
+
     def _call_value(self, target: ast.AST, value: ast.AST) -> None:
         """What travels through calls (FunctionFacts.call_results, keeps; call_values.py): `state = self.offload(x)`
         binds a call's result; `self._tensors[tag] = tensor` keeps a local or a parameter in a container of `self`."""
         if isinstance(target, ast.Name) and isinstance(value, ast.Call):
             self.fn.call_results.append((target.id, value.lineno, value.col_offset + 1))
+        elif isinstance(target, ast.Attribute) and isinstance(value, ast.Call) \
+                and dotted(target).startswith("self.") and dotted(target).count(".") == 1:
+            # `self._cur_batch = _to_device(...)`: the attribute holds the result (call_values.py)
+            self.fn.call_results.append((dotted(target), value.lineno, value.col_offset + 1))
         elif isinstance(target, ast.Subscript) and isinstance(value, ast.Name):
             container = access_path(target.value)
             if container and container.startswith("self.") and container.count(".") == 1:
@@ -91,6 +113,9 @@ class Bindings(ast.NodeVisitor):
         of a container of `self` out (FunctionFacts.hands_out)."""
         if self.detailed and node.value is not None:
             self.fn.returned.extend(e.id for e in elements(node.value) if isinstance(e, ast.Name))
+            made = self._made_result(node.value)
+            if made is not None and self.region == NO_REGION:
+                self.fn.made_results.append(made)
             container = _taken_out_of(node.value)
             if container and container.startswith("self.") and container.count(".") == 1:
                 self.fn.hands_out.append(container)
@@ -146,9 +171,7 @@ class Bindings(ast.NodeVisitor):
         `.popleft()`) makes `buf` the container's element from then on (taken_from: _access reads it so)."""
         taken = self.taken_from.setdefault(id(self.fn), {})
         aliases = self.aliases.setdefault(id(self.fn), {})
-        for name in [t.id for t in elements(target) if isinstance(t, ast.Name)]:
-            taken.pop(name, None)  # bound again: no longer what it was taken from
-            aliases.pop(name, None)
+        self._unbind_names(target)
         source = access_path(value) if isinstance(target, ast.Name) and isinstance(value, (ast.Name, ast.Attribute)) \
             else None
         root = source.split(".", 1)[0] if source else ""
@@ -157,6 +180,7 @@ class Bindings(ast.NodeVisitor):
             # and model runner): another name for that attribute from here on; `_access` reads the local as it.
             # (Not a parameter: `t = data` may be host data as often as a tensor, vLLM's `async_tensor_h2d`.)
             aliases[target.id] = source
+            self.fn.attribute_names.append((target.id, source, target.lineno))
             return
         if isinstance(target, ast.Tuple) and isinstance(value, ast.Name) and value.id in self.fn.params:
             # `dev, cpu_backup, use_pool = state` (Megatron's reload of what offload returned): the tensors unpacked
@@ -217,6 +241,16 @@ class Bindings(ast.NodeVisitor):
                     taken[name] = container
                     if self.detailed:
                         self.fn.taken.append((name, container, target.lineno))
+
+    def _unbind_names(self, target: ast.AST) -> None:
+        """Names bound again are no longer what they were taken from or another name for (FunctionFacts
+        .attribute_names: from this line on, none)."""
+        taken = self.taken_from.setdefault(id(self.fn), {})
+        aliases = self.aliases.setdefault(id(self.fn), {})
+        for name in [t.id for t in elements(target) if isinstance(t, ast.Name)]:
+            taken.pop(name, None)
+            if aliases.pop(name, None) is not None:
+                self.fn.attribute_names.append((name, "", getattr(target, "lineno", 0)))
 
     def _awaited_in_region(self, target: ast.AST, value: ast.AST) -> bool:
         """A local bound inside a stream region to what an awaitable's `wait()` returns (an event's or a

@@ -40,8 +40,10 @@ class CallsAndAccesses(ast.NodeVisitor):
             f"{k.arg}={arg_text(k.value)}" for k in node.keywords if k.arg)
         if not any(a.partition("=")[2] if "=" in a else a for a in args):
             args = ()
+        true_args = tuple(str(i) for i, a in enumerate(node.args) if _is_true(a)) + tuple(
+            k.arg for k in node.keywords if k.arg and _is_true(k.value))
         self.fn.calls.append(
-            Call(node.lineno, node.col_offset + 1, callee, self.region, self.blocks[-1], func_args, args))
+            Call(node.lineno, node.col_offset + 1, callee, self.region, self.blocks[-1], func_args, args, true_args))
         self._keep_line(node.lineno)
         if self.detailed:
             self._call_facts(node, callee)
@@ -227,6 +229,10 @@ class CallsAndAccesses(ast.NodeVisitor):
             for operand in (node.left, node.right):
                 self._access("read", operand, node.lineno, node.col_offset + 1, type(node.op).__name__)
         self.generic_visit(node)
+
+
+def _is_true(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and node.value is True
 
 
 def _to_meta(node: ast.Call, method: str) -> bool:

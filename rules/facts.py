@@ -54,6 +54,9 @@ class Call:
     # Access paths of the arguments ("" where an argument is no plain path), positional first, then `name=path`
     # for keywords: a callee's accesses to its parameters are the caller's accesses to these paths.
     args: tuple[str, ...] = ()
+    # The arguments given as the constant True, by keyword (`non_blocking`) or position (`2`): a helper's flag that
+    # makes its copy asynchronous (call_values.py).
+    true_args: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -227,6 +230,10 @@ class FunctionFacts:
     # `local = [op for op in self.ops if ...]`, `view = req.dest[a:b]`): what is written through the local is
     # written into that path (outside_consumers.py).
     derived: list[tuple[str, str, int]] = field(default_factory=list)
+    # (local, path, line): from `line` on, the local is another name for an attribute path (`cur = self._cur`,
+    # bindings.py `_through_container`); path "" from where it is bound to something else. A call the local is
+    # handed to touches that attribute (summaries.bound_accesses).
+    attribute_names: list[tuple[str, str, int]] = field(default_factory=list)
     # What travels through calls (call_values.py), detailed files only: (local, line, column) of a local bound to
     # the result of the call at (line, column); the locals `return` hands back (`return state`, `return a, b`);
     # (name, container path, line) for a local or parameter kept in a container of `self` (`self._tensors[tag] =
@@ -234,6 +241,10 @@ class FunctionFacts:
     # (`return self._tensors.pop(k)`).
     call_results: list[tuple[str, int, int]] = field(default_factory=list)
     returned: list[str] = field(default_factory=list)
+    # (op, flag parameter) of each `return` that hands back a new tensor a kernel makes on the function's current
+    # stream (`return batch.to(device, non_blocking=non_blocking)`): with a flag parameter the copy is asynchronous
+    # only where a caller passes `True` for it (call_values.py).
+    made_results: list[tuple[str, str]] = field(default_factory=list)
     keeps: list[tuple[str, str, int]] = field(default_factory=list)
     hands_out: list[str] = field(default_factory=list)
     # The attribute of `self` every `return` of an accessor hands back (`return self.gpu_chunk`: ["gpu_chunk"]);
@@ -273,8 +284,10 @@ class FunctionFacts:
         kwargs["loops"] = [tuple(b) for b in data.get("loops", ())]
         kwargs["taken"] = [tuple(t) for t in data.get("taken", ())]
         kwargs["derived"] = [tuple(t) for t in data.get("derived", ())]
+        kwargs["attribute_names"] = [tuple(t) for t in data.get("attribute_names", ())]
         kwargs["call_results"] = [tuple(t) for t in data.get("call_results", ())]
         kwargs["returned"] = list(data.get("returned", ()))
+        kwargs["made_results"] = [tuple(t) for t in data.get("made_results", ())]
         kwargs["keeps"] = [tuple(t) for t in data.get("keeps", ())]
         kwargs["hands_out"] = list(data.get("hands_out", ()))
         kwargs["hands_back"] = list(data.get("hands_back", ()))

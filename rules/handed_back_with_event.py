@@ -9,8 +9,8 @@ stream while the side stream still reads (or writes) it. Reported when the funct
 and returns it, never records the input for the side stream (itself or through a helper it passes it to), never
 waits for the side stream between the region and its end, and no caller in the scan waits or synchronizes after
 the call (measured: without that last condition, vLLM 0.33.0 gave 5 findings whose callers wait the returned event,
-flashmla_sparse.py:1141, or hand it to the consumer; torchrec's transfer_tensors_to_cpu is skipped too, its callers
-synchronize the event on some path).
+flashmla_sparse.py:1141, or hand it to the consumer; torchrec's transfer_tensors_to_cpu would be skipped too, its callers
+synchronize the event on some path, but `DeferrableMetrics.update` does so in one arm of an if/elif only).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Iterable
 from streamcheck.findings import ROLE_FREE, ROLE_READ, ROLE_STREAM_CONTEXT, Finding
 
 from .facts import NO_REGION, RETURNED, Access
-from .hazard_flow import stream_ordered_between
+from .hazard_flow import stream_ordered_between, stream_ordered_on_every_way
 from .outside_producers import UPLOADS
 from .program import Function, Program
 from .rule import location
@@ -62,10 +62,14 @@ def inputs_handed_back_with_events(program: Program, rule_id: str) -> Iterable[F
 def _callers_wait(program: Program, function: Function) -> bool:
     """Every caller in the scan waits or synchronizes after the call (on some path, as the engine reads orderings):
     then the input's own stream (or the host) is ordered after the side stream before the caller can drop it.
-    A function the scan sees no caller of is an API whose callers are unknown."""
+    Where the call always runs, on each way through an if/else that waits in one arm only, too; a conditional
+    call is mostly waited for under the same condition (vLLM's `if uses_host_cache: ...wait_event(ready)` after
+    the gather made `if uses_host_cache`), and the lenient reading stays there. A function the scan sees no
+    caller of is an API whose callers are unknown."""
     sites = program.call_sites.get(function.id, ())
-    return bool(sites) and all(stream_ordered_between(program, caller, call.line, caller.facts.end_line + 1)
-                               for caller, call in sites)
+    return bool(sites) and all(
+        (stream_ordered_on_every_way if call.block == (0, 0) else stream_ordered_between)(
+            program, caller, call.line, caller.facts.end_line + 1) for caller, call in sites)
 
 
 def _borrowed_root(function: Function, use: Access) -> str | None:

@@ -115,7 +115,7 @@ class _Flow:
 
     def holdings(self, function: Function) -> Holdings:
         fid = function.id
-        if fid not in self._holdings and fid not in self._busy:  # (a nested function called while its parent runs)
+        if fid not in self._holdings:
             self._evaluate(function)
         return self._holdings.get(fid, {})
 
@@ -243,6 +243,5 @@ def finding(rule: str, program: Program, dropped: DroppedHandle) -> Finding:
         fix=f"Call `{dropped.local}.wait()` after line {dropped.line}, before the tensor it writes is used.",
         kind="RAW",
         symbol=facts.qualname,
-        # no "handle": its wait goes after the take, not before the finding's line (no derived --fix)
-        extra={"path": dropped.container, "dropped_handle": dropped.local, "collective": op},
+        extra={"path": dropped.container, "handle": dropped.local, "collective": op},
     )

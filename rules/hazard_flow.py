@@ -121,6 +121,29 @@ def stream_ordered_between(program: Program, function: Function, start: int, end
     return _calls_between(program, function, start, end, None)
 
 
+def stream_ordered_on_every_way(program: Program, function: Function, start: int, end: int) -> bool:
+    """`stream_ordered_between`, and no if/else between the two lines leaves the ordering to one arm while the
+    other does nothing of the kind (torchrec's `DeferrableMetrics.update` synchronizes the transfer's event when
+    resolved, and in its `elif` only hands it to a callback that runs later): for a caller that may drop what it
+    passed as soon as the call returns, an ordering on one way out is no ordering on the other."""
+    if not stream_ordered_between(program, function, start, end):
+        return False
+    # (a function handed to the call, `future.add_done_callback(fn)`, runs some time later: not on the way out)
+    lines = [s.line for s in function.facts.syncs if s.kind in STREAM_ORDERING_SYNCS and start < s.line < end] + [
+        call.line for call, edges in program.calls_of(function.id) if start < call.line < end
+        and any(performed(program, edge.callee) for edge in edges
+                if program.functions[edge.callee].facts.name == call.callee.rsplit(".", 1)[-1])]
+    for body_start, body_end, else_start, else_end in function.facts.branches:
+        if body_start <= start or else_end >= end:
+            continue
+        in_body = any(body_start <= line <= body_end for line in lines)
+        in_else = any(else_start <= line <= else_end for line in lines)
+        beside = any(not (body_start <= line <= body_end or else_start <= line <= else_end) for line in lines)
+        if in_body != in_else and not beside:
+            return False
+    return True
+
+
 def _calls_between(program: Program, function: Function, start: int, end: int, waiter: str | None) -> bool:
     """A call between the two lines that always orders something (its summary), the host if `waiter` is HOST."""
     for call, edges in program.calls_of(function.id):

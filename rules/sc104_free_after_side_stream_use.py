@@ -12,6 +12,7 @@ from .handed_back_with_event import inputs_handed_back_with_events
 from .kept_with_events import drops_without_event_waits
 from .noop_record_stream import noop_record_streams
 from .program import Program
+from .refilled_attributes import refilled_attributes_taken_over
 from .release_after_side_use import releases_after_side_use
 from .rule import Rule
 
@@ -68,6 +69,14 @@ class FreeAfterSideStreamUse(Rule):
         `t` was allocated inside the region (or in a helper only called from one), where the current stream is
         the allocation stream itself: it records nothing.
 
+        And a refilled attribute (refilled_attributes.py): `self.batch` bound to new tensors inside regions of one
+        side stream by other code (a pipeline's copy stage), read on the current stream after the current stream
+        waits for it (under a local that names it too, `cur = self.batch`, handed to the model), with no
+        `record_stream(current_stream())` by the function or a helper it hands the tensor to, while the side stream
+        never waits for the current stream: the next fill drops the old tensor and its block goes back to the side
+        stream's pool with the current stream's reads still queued (torchrec's TrainPipelineBase records it in
+        `_wait_for_batch`).
+
     Why it is bad:
         The caching allocator remembers only the stream a block was allocated on. Once the tensor is freed, the
         block can be handed to the next allocation on that stream and overwritten while the side stream's kernel
@@ -89,6 +98,30 @@ class FreeAfterSideStreamUse(Rule):
     summary = "tensor used on a side stream is freed without record_stream or a wait"
 
     VALID = [
+        # A pipeline's batch attribute, filled on the memcpy stream and taken over by `progress` through a helper
+        # that waits for the memcpy stream and records the current stream on it (torchrec's TrainPipelineBase).
+        """
+import torch
+
+
+def _wait_for_batch(batch, stream):
+    cur = torch.cuda.current_stream()
+    cur.wait_stream(stream)
+    batch.record_stream(cur)
+
+
+class Pipeline:
+    def _copy_batch_to_gpu(self, batch):
+        with torch.cuda.stream(self._memcpy_stream):
+            self._cur_batch = batch.to("cuda", non_blocking=True)
+
+    def progress(self, it):
+        cur_batch = self._cur_batch
+        _wait_for_batch(cur_batch, self._memcpy_stream)
+        out = self._model(cur_batch)
+        self._copy_batch_to_gpu(next(it))
+        return out
+""",
         # A keepalive list of (block, event): the keeper waits each element's event before dropping it (FSDP2).
         """
 import torch
@@ -445,6 +478,27 @@ def offload(tensors, side):
     ]
 
     INVALID = [
+        # ... the same pipeline whose helper waits for the memcpy stream but records nothing.
+        """
+import torch
+
+
+def _wait_for_batch(batch, stream):
+    torch.cuda.current_stream().wait_stream(stream)
+
+
+class Pipeline:
+    def _copy_batch_to_gpu(self, batch):
+        with torch.cuda.stream(self._memcpy_stream):
+            self._cur_batch = batch.to("cuda", non_blocking=True)
+
+    def progress(self, it):
+        cur_batch = self._cur_batch
+        _wait_for_batch(cur_batch, self._memcpy_stream)
+        out = self._model(cur_batch)  # expect: SC104
+        self._copy_batch_to_gpu(next(it))
+        return out
+""",
         # ... dropped with no wait of the host for the current stream.
         """
 import torch
@@ -808,3 +862,4 @@ def offload(tensors, side):
         yield from noop_record_streams(program, self.id)
         yield from drops_without_event_waits(program, self.id)
         yield from inputs_handed_back_with_events(program, self.id)
+        yield from refilled_attributes_taken_over(program, self.id)

@@ -195,21 +195,44 @@ def bound_accesses(program: "Program", function: "Function") -> list[Access]:
         taken = {local: (container, line) for local, container, line in function.facts.taken}
         taken.update(handed_out(program, function))  # ... or handed out of one by a helper (call_values.py)
         for call, edges in program.calls_of(function.id):
-            if not call.args or not (on_streams or any(a.startswith("self.") or a in taken for a in call.args)):
+            if not call.args:
                 continue
-            exact = [e for e in edges if e.exact and program.functions[e.callee].file.detailed]
-            for edge in exact:
-                found.extend(_as_taken(bind(program, function, call, edge, parameter_accesses(program, edge.callee)),
-                                       taken))
+            held = on_streams or any(a.startswith("self.") or a in taken for a in call.args)
+            if held:
+                exact = [e for e in edges if e.exact and program.functions[e.callee].file.detailed]
+                for edge in exact:
+                    found.extend(_as_taken(bind(program, function, call, edge,
+                                                parameter_accesses(program, edge.callee)), taken))
             if not edges and _calls_a_value(function, call):
-                for arg in call.args:
-                    if arg and "=" not in arg:
-                        path, index = split_index(arg)
+                named = _named_args(function, call)
+                for arg, as_named in zip(call.args, named.args):
+                    if as_named and "=" not in as_named and (held or as_named != arg):
+                        path, index = split_index(as_named)
                         found.append(Access("read", path, call.line, call.column, call.callee, call.region,
                                             index=index))
         return found + value_accesses(program, function)
 
     return program.memo(("summaries.bound", function.id), build)
+
+
+def _named_args(function: "Function", call: Call) -> Call:
+    """The call with each argument that is another name for an attribute there (`cur = self._cur_batch`,
+    FunctionFacts.attribute_names) spelled as that attribute: a module the local is handed to reads the attribute,
+    which other methods write (torchrec's TrainPipelineBase hands `self._cur_batch`, filled on the memcpy stream
+    by another method, to the model under a local name). (A scanned helper's accesses stay the local's: bound to
+    the attribute they would pair with every access of it in the class, whatever call path each is on.)"""
+    names = function.facts.attribute_names
+    if not names or not call.args:
+        return call
+    args = []
+    for arg in call.args:
+        key, eq, value = arg.partition("=") if "=" in arg else ("", "", arg)
+        root, sep, rest = value.partition(".")
+        head = root.split("[", 1)[0]
+        bound = [(line, path) for local, path, line in names if local == head and line <= call.line]
+        path = max(bound)[1] if bound else ""
+        args.append(f"{key}{eq}{path}{root[len(head):]}{sep}{rest}" if path else arg)
+    return call if tuple(args) == tuple(call.args) else replace(call, args=tuple(args))
 
 
 def _as_taken(accesses: list[Access], taken: dict[str, tuple[str, int]]) -> list[Access]:

@@ -91,7 +91,7 @@ def test_a_receive_handle_returned_through_three_calls_and_dropped_from_its_queu
     [finding] = findings
     assert [(r.role, r.path, r.line) for r in finding.related] == [
         ("write", "p2p.py", line_of(P2P, "recv_prev_req = dist.irecv"))]
-    assert finding.extra == {"path": "recv_handles", "dropped_handle": "recv_handle", "collective": "irecv"}
+    assert finding.extra == {"path": "recv_handles", "handle": "recv_handle", "collective": "irecv"}
     assert "`recv_handle`, taken from `recv_handles`" in finding.message
     assert "_p2p_ops launched into `tensor_recv_prev`" in finding.message
 
@@ -159,7 +159,7 @@ def test_a_launch_of_the_same_function_is_left_to_the_use_before_wait_query():
         while works:
             work = works.pop(0)
     """
-    assert [f for f in findings_of({"own.py": source}, {"SC105"}) if f.extra.get("dropped_handle") == "work"] == []
+    assert [f for f in findings_of({"own.py": source}, {"SC105"}) if f.extra.get("handle") == "work"] == []
 
 
 def test_a_device_wide_synchronize_after_the_drop_is_no_finding():
