@@ -137,6 +137,7 @@ class _FactsVisitor(CallsAndAccesses, Bindings, RegionsAndBlocks, ast.NodeVisito
             from .extract_hazards import HazardCollector
 
             self.hazards = HazardCollector(self)
+            self._hazard_handlers, self._hazard_skip = self.hazards.handlers, self.hazards.skip
             self.visit = self._visit_with_hazards
 
     # --- traversal: ast.NodeVisitor's, without its per-node cost ---------------------------------------------------
@@ -154,7 +155,10 @@ class _FactsVisitor(CallsAndAccesses, Bindings, RegionsAndBlocks, ast.NodeVisito
         return method(self, node)
 
     def _visit_with_hazards(self, node: ast.AST) -> Any:
-        self.hazards.see(node)
+        # HazardCollector.see, inlined: one call less for each of the detailed files' nodes
+        handler = self._hazard_handlers.get(type(node))
+        if handler is not None and id(node) not in self._hazard_skip:
+            handler(node)
         method = self._methods.get(type(node)) or self._method_of(type(node))
         return method(self, node)
 
@@ -226,6 +230,17 @@ class _FactsVisitor(CallsAndAccesses, Bindings, RegionsAndBlocks, ast.NodeVisito
                 return True
         return False
 
+    def _may_spell(self, expr: ast.AST, word: str) -> bool:
+        """False only when `ast.unparse(expr)` cannot hold `word`: none of the source lines the expression spans
+        does, and they hold no backslash (an escape in a string) and nothing but ASCII (the parser normalizes other
+        names). Unparsing every parameter annotation took 2 % of the facts pass on vLLM 0.33.0."""
+        if not self.lines_as_parsed:
+            return True
+        for line in self.src_lines[expr.lineno - 1:expr.end_lineno]:
+            if word in line or "\\" in line or not line.isascii():
+                return True
+        return False
+
     def _scope_name(self) -> str:
         return ".".join(self.scope) if self.scope else MODULE_SCOPE
 
@@ -282,7 +297,8 @@ class _FactsVisitor(CallsAndAccesses, Bindings, RegionsAndBlocks, ast.NodeVisito
             fn.params.append(args.kwarg.arg)
         self.facts.functions.append(fn)
         self.tensor_params[id(fn)] = {a.arg for a in args.posonlyargs + args.args + args.kwonlyargs
-                                      if a.annotation is not None and "Tensor" in ast.unparse(a.annotation)}
+                                      if a.annotation is not None and self._may_spell(a.annotation, "Tensor")
+                                      and "Tensor" in ast.unparse(a.annotation)}
         classes = {a.arg: text for a in args.posonlyargs + args.args + args.kwonlyargs
                    if a.annotation is not None and (text := _class_annotation(a.annotation))}
         if classes:
