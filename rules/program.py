@@ -27,6 +27,8 @@ GUESSES_PER_CHAIN = 1
 __all__ = ["CURRENT_STREAM", "Edge", "Function", "Program"]
 
 
+_MISSING = object()  # (a memo's value may be None)
+
 HANDOFF_CALL_LINES = 8  # how far above an argument a multi-line call may start
 
 
@@ -41,9 +43,10 @@ class Program(CallGraph):
 
     def memo(self, key: str, build: Callable[[], Any]) -> Any:
         """A value derived from the whole program, built once (rules share indexes through this)."""
-        if key not in self._memo:
-            self._memo[key] = build()
-        return self._memo[key]
+        found = self._memo.get(key, _MISSING)
+        if found is _MISSING:
+            found = self._memo[key] = build()
+        return found
 
     def stream_id(self, function: Function, stream: Region | str) -> str:
         """A stream's identity (see streams.py)."""
@@ -207,6 +210,8 @@ class Program(CallGraph):
     def accesses_in(self, function: Function) -> list[Access]:
         """The function's own accesses and those its calls make through the callees' parameters, in source order."""
         found = self._accesses_in.get(function.id)
+        if found is None and not function.file.detailed and not function.facts.accesses:
+            found = self._accesses_in[function.id] = []  # (bound_accesses binds nothing in a plain file either)
         if found is None:
             found = self._accesses_in[function.id] = sorted(
                 self.own_accesses(function) + bound_accesses(self, function), key=lambda a: (a.line, a.column))
@@ -227,6 +232,8 @@ def _without_resolved_handoffs(accesses: list[Access], exact_calls: Iterator[tup
     """A local handed to code the scan holds (`self._num_bytes(t)`) is read where that code reads its parameter
     (bound_accesses), not at the call: the extraction's hand-off read (extract_calls.py `_handed_off`, made
     for code the scan does not see) is dropped there."""
+    if not accesses:
+        return []  # (most functions: plain files hold no accesses; their calls need no look)
     resolved = {(call.callee.rsplit(".", 1)[-1], call.line) for call, _ in exact_calls}
     if not resolved:
         return list(accesses)

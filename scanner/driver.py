@@ -100,6 +100,9 @@ class RulesBackend:
     stamp: str  # changes whenever the rules' code or streamcheck's version does
     # The rule ids without loading the rules (their docs), when the backend can tell them so; else from rule_docs.
     list_rule_ids: Callable[[], tuple[str, ...]] | None = None
+    # Imports what `extract` imports on its first call, before the extraction forks its workers: they inherit it
+    # instead of each importing it again (about 60 ms of a worker's start)
+    prepare_extraction: Callable[[], None] | None = None
     _rule_docs: dict[str, tuple[str, str]] | None = field(default=None, repr=False)
 
     @property
@@ -132,7 +135,13 @@ def default_backend(config: ScanConfig) -> RulesBackend:
         options=config.static_options(),
         stamp=code_stamp(Path(rules_package.__file__).parent, streamcheck_version()),
         list_rule_ids=_rule_ids_of_registry,
+        prepare_extraction=_import_extraction,
     )
+
+
+def _import_extraction() -> None:
+    import streamcheck.rules.extract  # noqa: F401
+    import streamcheck.rules.extract_hazards  # noqa: F401
 
 
 def _analyze_with_rules(facts_list: list, options: Any, select: Any, timings: dict | None = None) -> list[Finding]:

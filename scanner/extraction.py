@@ -169,6 +169,10 @@ def extract_all(to_extract, backend, cache, jobs, progress):
     import multiprocessing
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
+    prepare = getattr(backend, "prepare_extraction", None)
+    if prepare is not None:
+        prepare()
+
     # fork: workers inherit the already-imported rules instead of importing them again.
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
     context = multiprocessing.get_context(method)

@@ -168,6 +168,34 @@ def test_json_round_trip(facts):
     assert again == facts
 
 
+def test_cache_rows_are_every_field_of_every_fact_in_field_order():
+    """FunctionFacts.to_dict (its row getters looked up once) writes each fact as its dataclass fields' values, in
+    field order, and every other field as it is: over the detailed facts of this package's examples and rules."""
+    from dataclasses import fields
+    from pathlib import Path
+
+    from streamcheck.rules.extract import extract
+    from streamcheck.rules.facts import FunctionFacts
+
+    root = Path(__file__).resolve().parents[2]
+    sources = sorted((root / "examples").rglob("*.py")) + sorted((root / "rules").glob("*.py"))
+    facts_kinds = FunctionFacts._parts
+    rows = 0
+    for path in sources:
+        facts = extract(path.read_text(encoding="utf-8"), path.name, StaticOptions(), detailed=True)
+        for fn in facts.functions:
+            data = fn.to_dict()
+            assert list(data) == [f.name for f in fields(FunctionFacts)]
+            for name, value in data.items():
+                if name in facts_kinds:
+                    expected = [[getattr(item, f.name) for f in fields(facts_kinds[name])] for item in getattr(fn, name)]
+                    assert value == expected, (path, fn.qualname, name)
+                    rows += len(value)
+                else:
+                    assert value is getattr(fn, name)
+    assert rows > 5_000
+
+
 def test_parse_failure_has_a_position():
     with pytest.raises(ParseFailure) as info:
         extract_facts("def f(:\n    pass\n", "bad.py", StaticOptions())
