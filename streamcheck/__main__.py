@@ -1,8 +1,6 @@
 """`python -m streamcheck ...`: the same command line as the `streamcheck` script."""
 
-import sys
-
-from streamcheck.cli import main
+from streamcheck.cli import entry
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

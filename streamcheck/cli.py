@@ -3,12 +3,15 @@
 Each subcommand lives in streamcheck/commands/<name>.py with two functions, `add_arguments(parser)` and
 `run(args) -> int`. Command modules import libcst or torch only inside `run`, so `streamcheck --help` and the
 commands that don't parse or instrument start fast. Exit codes: 0 clean, 1 findings, 2 usage or config error.
+A command module that sets `EXIT_AT_ONCE = True` runs no code of its own after `run` and leaves nothing to clean
+up: from the command line (`entry`) its process then ends without the interpreter's teardown.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from streamcheck.constants import EXIT_CLEAN, EXIT_ERROR, version
@@ -73,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         cmd = sub.add_parser(name, help=help_text, description=help_text)
         module.add_arguments(cmd)
-        cmd.set_defaults(_run=module.run)
+        cmd.set_defaults(_run=module.run, _exit_at_once=getattr(module, "EXIT_AT_ONCE", False))
     return parser
 
 
@@ -87,21 +90,44 @@ def _command_module(name: str):
 
 
 def main(argv: list[str] | None = None) -> int:
+    return _main(argv)[0]
+
+
+def _main(argv: list[str] | None) -> tuple[int, argparse.Namespace | None]:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
-        return int(exc.code or 0)
+        return int(exc.code or 0), None
     if not getattr(args, "_run", None):
         parser.print_help(sys.stderr)
-        return EXIT_ERROR
+        return EXIT_ERROR, args
     try:
-        return int(args._run(args))
+        return int(args._run(args)), args
     except KeyboardInterrupt:
-        return 130
+        return 130, args
     except BrokenPipeError:
-        return EXIT_CLEAN
+        return EXIT_CLEAN, args
+
+
+def entry() -> None:
+    """The `streamcheck` script and `python -m streamcheck[.cli]`: main(), then the exit.
+
+    After a scan its facts and whole-program view are still alive (the rules' indexes refer back to the program:
+    cycles), and the interpreter's teardown would collect and free them, a million objects: DeepSpeed 0.19.8 0.4 s,
+    vLLM 0.33.0 about 2 s of a cold scan's wall time (measured: the time from main's return to the process's end).
+    A command that sets EXIT_AT_ONCE has written everything it writes through files it closed, so its process
+    ends there once stdout and stderr are flushed (no atexit handler of its own is skipped)."""
+    code, args = _main(None)
+    if getattr(args, "_exit_at_once", False):
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):  # a closed pipe (`| head`), a closed stream: nothing more to say
+                pass
+        os._exit(code)
+    sys.exit(code)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

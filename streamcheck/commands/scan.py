@@ -18,6 +18,10 @@ from streamcheck.scanner.config import CONFIG_KEYS
 
 from streamcheck.commands.scan_extras import Progress  # noqa: E402  (re-exported: the scan's progress bar)
 
+# The command line ends the process when `run` returns (cli.entry): the report, the cache, a baseline and --fix's
+# files are written through files closed before, and the scan's million objects need no teardown.
+EXIT_AT_ONCE = True
+
 
 EPILOG = """\
 examples:
