@@ -296,9 +296,10 @@ class _FactsVisitor(CallsAndAccesses, Bindings, RegionsAndBlocks, ast.NodeVisito
         if args.kwarg:
             fn.params.append(args.kwarg.arg)
         self.facts.functions.append(fn)
-        self.tensor_params[id(fn)] = {a.arg for a in args.posonlyargs + args.args + args.kwonlyargs
-                                      if a.annotation is not None and self._may_spell(a.annotation, "Tensor")
-                                      and "Tensor" in ast.unparse(a.annotation)}
+        if self.detailed:  # (read by kernel launches' facts only: extract_calls.py `_launched`)
+            self.tensor_params[id(fn)] = {a.arg for a in args.posonlyargs + args.args + args.kwonlyargs
+                                          if a.annotation is not None and self._may_spell(a.annotation, "Tensor")
+                                          and "Tensor" in ast.unparse(a.annotation)}
         classes = {a.arg: text for a in args.posonlyargs + args.args + args.kwonlyargs
                    if a.annotation is not None and (text := _class_annotation(a.annotation))}
         if classes:
