@@ -383,10 +383,16 @@ class Bindings(ast.NodeVisitor):
 
 
 def _taken_out_of(value: ast.AST) -> str | None:
-    """The container path an element is taken out of: `c.pop(k)`, `c.get(k)`, `c.popleft()`, `c[k]`."""
+    """The container path an element is taken out of: `c.pop(k)`, `c.get(k)`, `c.popleft()`, `c[k]`, also a view
+    of an element of an attribute of self (`self.c[k].narrow(0, 0, n)`: DeepSpeed ZeRO-3's grad partitions, written
+    through such views on the reduce stream and read as `self.c[k]` by other methods): the same memory."""
     if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) \
             and value.func.attr in ("pop", "get", "popleft"):
         return access_path(value.func.value)
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in VIEW_METHODS \
+            and isinstance(value.func.value, ast.Subscript):
+        container = access_path(value.func.value.value)  # (an attribute of self: a local's are derived paths)
+        return container if container and container.startswith("self.") and container.count(".") == 1 else None
     return access_path(value.value) if isinstance(value, ast.Subscript) else None
 
 

@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Iterator
 from .aliasing import access_keys, object_of, same_element
 from .callgraph import Edge, Function
 from .facts import NO_REGION, Access, FunctionFacts, exclusive
-from .orderings import EVENT, Ordering, ordered_by, orderings_of, recording_stream, site_stream
+from .orderings import EVENT, Ordering, event_id, ordered_by, orderings_of, recording_stream, site_stream
 from .hooks import hook_run_functions
-from .streams import CURRENT_STREAM, EARLIER_HOOK_CALL, PARAM, UNKNOWN, display
+from .streams import CURRENT_STREAM, EARLIER_HOOK_CALL, HOST, PARAM, UNKNOWN, display
 from .summaries import call_orderings, call_records, event_waiters
 
 if TYPE_CHECKING:
@@ -193,7 +193,7 @@ def _after_in(program: "Program", function: Function, position: Position, earlie
     limit = _first_reaching_call(program, function, position, consumers, later)
     if ordered_between(program, function, position, limit, earlier, later, frame):
         return True, False
-    if _event_handed_off(program, function, position, earlier, later):
+    if _event_handed_off(program, function, position, earlier, later, consumers):
         return True, False
     return False, limit != END
 
@@ -213,22 +213,46 @@ def _after_in_callers(program: "Program", function: Function, earlier: str, late
     return False
 
 
-def _event_handed_off(program: "Program", function: Function, position: Position, stream: str, reader: str) -> bool:
+def _event_handed_off(program: "Program", function: Function, position: Position, stream: str, reader: str,
+                      consumers: frozenset[str] = frozenset()) -> bool:
     """An event recorded on the writer's stream after the write, in a program that waits on some event: the
     event travels (a queue, a dict per module) to a consumer that waits on it, which the lint cannot follow.
     An event a helper records for the function (`group.record_reload_event(self.h2d_stream)`) is followed: it
     hands the write off to the reader only when the reader's stream waits for that event somewhere (Megatron's
-    offload events are waited by the reload stream only, #7398; its reload events by the current stream)."""
-    recorded = any(
-        sync.kind == "record" and (sync.line, sync.column) > position
-        and recording_stream(program, function, sync) == stream for sync in function.facts.syncs)
+    offload events are waited by the reload stream only, #7398; its reload events by the current stream). An event
+    kept on the object whose own method reads is not handed to that reader when only the host waits for it
+    (_kept_for_host_waits)."""
+    recorded = [sync.receiver for sync in function.facts.syncs if sync.kind == "record"
+                and (sync.line, sync.column) > position and recording_stream(program, function, sync) == stream]
     if recorded and program.memo("races.waits_on_events", lambda: any(
-            o.target.startswith(EVENT) for fn in program.functions.values() for o in orderings_of(program, fn))):
+            o.target.startswith(EVENT) for fn in program.functions.values() for o in orderings_of(program, fn))) \
+            and not all(_kept_for_host_waits(program, function, event, consumers) for event in recorded):
         return True
     # (a waiter the lint cannot name, `wait_reload_event(torch.cuda.current_stream())`'s argument, may be the reader)
     return any(recorded_on == stream and not event_waiters(program, event).isdisjoint({reader, UNKNOWN})
                for call, edges in program.calls_of(function.id) if (call.line, call.column) > position
                for event, recorded_on in call_records(program, function, call, edges))
+
+
+def _kept_for_host_waits(program: "Program", function: Function, event: str, consumers: frozenset[str]) -> bool:
+    """The event `function` records goes into an attribute of its object (`self.param_reduce_events.append(event)`,
+    DeepSpeed ZeRO-3's reduce events), a method of that object's class is the reader, and every wait of the
+    attribute's events the program makes is the host's (`self.param_reduce_events.popleft().synchronize()`: back-
+    pressure on the oldest). Nothing travels out of sight to that reader: a host wait orders the write only where it
+    runs, which the race query judges by position like any other ordering. (A reader in another class may still
+    be handed the event in ways the lint does not follow: vLLM's double-buffered copy events.)"""
+    kept = [event_id(program, function, sync.receiver) for sync in function.facts.syncs
+            if sync.kind == "store" and sync.arg == event and sync.receiver.startswith("self.")]
+    if event.startswith("self."):
+        kept.append(event_id(program, function, event))
+    for held in kept:
+        attr, owner = held.split("@", 1)[0].split(".")[1], held.split("@", 1)[1]
+        waiters = event_waiters(program, held)
+        if owner and waiters and all(w == HOST for w in waiters) and any(
+                program.attr_owner(program.functions[c].file.path, program.functions[c].owner, attr) == owner
+                for c in consumers if c in program.functions):
+            return True
+    return False
 
 
 # Calls that run code the scan cannot see (autograd hooks), even when they resolve to nothing scanned.
