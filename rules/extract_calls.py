@@ -34,8 +34,7 @@ class CallsAndAccesses(ast.NodeVisitor):
 
     def visit_Call(self, node: ast.Call) -> None:
         callee = dotted(node.func)
-        func_args = tuple(
-            text for a in node.args if isinstance(a, (ast.Name, ast.Attribute)) and (text := dotted(a)) != "?")
+        func_args = tuple(text for a in node.args if (text := _function_value(a)))
         args = tuple(arg_text(a) for a in node.args) + tuple(
             f"{k.arg}={arg_text(k.value)}" for k in node.keywords if k.arg)
         if not any(a.partition("=")[2] if "=" in a else a for a in args):
@@ -229,6 +228,17 @@ class CallsAndAccesses(ast.NodeVisitor):
             for operand in (node.left, node.right):
                 self._access("read", operand, node.lineno, node.col_offset + 1, type(node.op).__name__)
         self.generic_visit(node)
+
+
+def _function_value(node: ast.AST) -> str:
+    """The function an argument may hand over, as text: a name or attribute (`hook`, `self._post_forward`), or the
+    function a `functools.partial(f, ...)` binds (`register_hook(functools.partial(_post_backward_hook, state,
+    handle))` hands over `_post_backward_hook`); "" for anything else."""
+    if isinstance(node, ast.Call) and dotted(node.func).rsplit(".", 1)[-1] == "partial" and node.args:
+        node = node.args[0]
+    if isinstance(node, (ast.Name, ast.Attribute)) and (text := dotted(node)) != "?":
+        return text
+    return ""
 
 
 def _is_true(node: ast.AST) -> bool:

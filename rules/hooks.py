@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
     from .program import Program
 
-CALLBACK_REGISTRARS = frozenset({"queue_callback", "saved_tensors_hooks", "register_multi_grad_hook"})
+QUEUE = "queue_callback"  # `Variable._execution_engine.queue_callback(fn)`: fn runs when the backward pass ends
+CALLBACK_REGISTRARS = frozenset({QUEUE, "saved_tensors_hooks", "register_multi_grad_hook"})
 
 
 def is_hook_registrar(callee: str) -> bool:
@@ -26,20 +27,38 @@ def is_hook_registrar(callee: str) -> bool:
     return (last.startswith("register") and "hook" in last) or last in CALLBACK_REGISTRARS
 
 
+def _handed_over(program: "Program", registrar: Callable[[str], bool]) -> set[str]:
+    """The functions handed to calls whose callee `registrar` accepts (the function ids)."""
+    found: set[str] = set()
+    for function in program.functions.values():
+        for call in function.facts.calls:
+            if not registrar(call.callee):
+                continue
+            for ref in call.func_args:  # the function handed over, resolved as if it were called here
+                as_call = replace(call, callee=ref, func_args=(), args=())
+                found.update(fid for fid, _ in program.resolve(function, as_call) if fid in program.functions)
+    return found
+
+
 def hook_run_functions(program: "Program") -> frozenset[str]:
     """The functions handed to a hook registrar, and what they call (exactly resolved), as function ids."""
     return program.memo("hooks.run", lambda: _hook_run_functions(program))
 
 
+def end_of_backward_callbacks(program: "Program") -> frozenset[str]:
+    """The functions handed to `Variable._execution_engine.queue_callback` (also through `functools.partial`), as
+    function ids: autograd runs each once, when the backward pass ends, before `backward()` returns to its caller."""
+    return program.memo("hooks.callbacks", lambda: frozenset(_handed_over(
+        program, lambda callee: callee.rsplit(".", 1)[-1] == QUEUE)))
+
+
+def hook_roots(program: "Program") -> frozenset[str]:
+    """The functions handed to a hook registrar themselves (not what they call), as function ids."""
+    return program.memo("hooks.roots", lambda: frozenset(_handed_over(program, is_hook_registrar)))
+
+
 def _hook_run_functions(program: "Program") -> frozenset[str]:
-    hooks: set[str] = set()
-    for function in program.functions.values():
-        for call in function.facts.calls:
-            if not is_hook_registrar(call.callee):
-                continue
-            for ref in call.func_args:  # the function handed over, resolved as if it were called here
-                as_call = replace(call, callee=ref, func_args=(), args=())
-                hooks.update(fid for fid, _ in program.resolve(function, as_call) if fid in program.functions)
+    hooks = hook_roots(program)
     seen, queue = set(hooks), deque(hooks)
     while queue:
         fid = queue.popleft()

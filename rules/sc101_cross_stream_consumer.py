@@ -6,6 +6,7 @@ from typing import Iterable
 
 from streamcheck.findings import ROLE_READ, ROLE_WRITE, Finding
 
+from .callback_handbacks import callbacks_handing_back_unordered_writes
 from .collectives import launched_async
 from .extract import ALIAS
 from .facts import Access
@@ -15,6 +16,7 @@ from .outside_producers import reads_of_outside_producers
 from .program import Function, Program
 from .races import Context, contexts, matching, ordered_only_in_its_own_hook_call, unordered
 from .rule import Rule, location, way_of
+from .side_waits_on_one_way import side_streams_waiting_on_one_way
 from .streams import CURRENT_STREAM, as_code, display, stream_words
 from .waits_on_one_way import writes_waited_on_one_way
 
@@ -61,7 +63,13 @@ class CrossStreamConsumer(Rule):
         function that makes the current stream wait for it in one arm of an if/else and not in the other
         (waits_on_one_way.py), or a hook (a function the scan only hands over as a value) that has a side stream
         work on its own parameters through a call and returns with no wait after it (hook_handoffs.py), leaves
-        the code it returns to reading unordered.
+        the code it returns to reading unordered. A callback queued with `queue_callback` runs when the backward
+        pass ends and returns to the code after `backward()`: when it makes the current stream wait for one of the
+        side streams a backward hook writes on and not for another (on some way through it), the other stream's
+        write is read there unordered (callback_handbacks.py). The other direction too: a function that makes a
+        side stream wait for the current stream in one arm of an if/else and not in the other, where that arm
+        makes other side streams wait, leaves the stream's next reads unordered after the current stream's writes
+        on that way (side_waits_on_one_way.py).
 
     Why it is bad:
         Streams run independently. A kernel (or NCCL collective, which waits only for the stream it was issued
@@ -476,6 +484,55 @@ class Executor:
                 req.dest.copy_(sends[req.key], non_blocking=True)
         self.copy_stream.synchronize()
 """,
+        # ... and its fixed twin: the end-of-backward callback waits for both of the hook's side streams.
+        """
+import functools
+
+import torch
+import torch.distributed as dist
+from torch.autograd import Variable
+
+
+def post_backward_hook(state, handle, *unused):
+    state.post_backward_stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(state.post_backward_stream):
+        dist.reduce_scatter_tensor(handle.flat_param.saved_grad_shard, handle.flat_param.grad)
+        state.all_reduce_stream.wait_stream(state.post_backward_stream)
+        with torch.cuda.stream(state.all_reduce_stream):
+            dist.all_reduce(handle.flat_param.saved_grad_shard)
+
+
+def final_callback(state):
+    current = torch.cuda.current_stream()
+    current.wait_stream(state.post_backward_stream)
+    current.wait_stream(state.all_reduce_stream)
+
+
+def register(state, handle, acc_grad):
+    acc_grad.register_hook(functools.partial(post_backward_hook, state, handle))
+    Variable._execution_engine.queue_callback(functools.partial(final_callback, state))
+""",
+        # ... and its fixed twin: the copy-in stream waits for the optimizer's writes on both ways.
+        """
+import torch
+
+
+def all_gather(params, copy_in_stream, gather_stream):
+    with torch.cuda.stream(copy_in_stream):
+        flat = torch.cat([p.sharded for p in params])
+    gather_stream.wait_stream(copy_in_stream)
+    return flat
+
+
+class State:
+    def root_pre_forward(self, event):
+        if event is not None:
+            self.copy_in_stream.wait_event(event)
+            self.gather_stream.wait_event(event)
+        else:
+            self.copy_in_stream.wait_stream(torch.cuda.current_stream())
+            self.gather_stream.wait_stream(torch.cuda.current_stream())
+""",
     ]
 
     INVALID = [
@@ -824,6 +881,55 @@ class InputAwaitable:
     def wait(self):
         return self._out.sum()
 """,
+        # ... without the callback's wait for the all-reduce stream: the optimizer after `backward()` reads the
+        # gradient the hook all-reduces there (FSDP1's _post_backward_final_callback, HSDP).
+        """
+import functools
+
+import torch
+import torch.distributed as dist
+from torch.autograd import Variable
+
+
+def post_backward_hook(state, handle, *unused):
+    state.post_backward_stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(state.post_backward_stream):
+        dist.reduce_scatter_tensor(handle.flat_param.saved_grad_shard, handle.flat_param.grad)
+        state.all_reduce_stream.wait_stream(state.post_backward_stream)
+        with torch.cuda.stream(state.all_reduce_stream):
+            dist.all_reduce(handle.flat_param.saved_grad_shard)  # expect: SC101
+
+
+def final_callback(state):
+    current = torch.cuda.current_stream()
+    current.wait_stream(state.post_backward_stream)
+
+
+def register(state, handle, acc_grad):
+    acc_grad.register_hook(functools.partial(post_backward_hook, state, handle))
+    Variable._execution_engine.queue_callback(functools.partial(final_callback, state))
+""",
+        # ... with the copy-in stream left out of the event arm: it reads the sharded parameters before the
+        # optimizer step that recorded the event is done (FSDP2's _root_pre_forward).
+        """
+import torch
+
+
+def all_gather(params, copy_in_stream, gather_stream):
+    with torch.cuda.stream(copy_in_stream):
+        flat = torch.cat([p.sharded for p in params])  # expect: SC101
+    gather_stream.wait_stream(copy_in_stream)
+    return flat
+
+
+class State:
+    def root_pre_forward(self, event):
+        if event is not None:
+            self.gather_stream.wait_event(event)
+        else:
+            self.copy_in_stream.wait_stream(torch.cuda.current_stream())
+            self.gather_stream.wait_stream(torch.cuda.current_stream())
+""",
     ]
 
     def check(self, program: Program) -> Iterable[Finding]:
@@ -844,6 +950,8 @@ class InputAwaitable:
         yield from writes_for_outside_consumers(program, self.id)
         yield from writes_waited_on_one_way(program, self.id)
         yield from hooks_returning_unordered_writes(program, self.id)
+        yield from callbacks_handing_back_unordered_writes(program, self.id)
+        yield from side_streams_waiting_on_one_way(program, self.id)
 
 
 def _finding(program: Program, writer: Function, write: Access,

@@ -64,7 +64,8 @@ RUNTIME_ONLY = ("compiled_write", "free_then_reuse", "pinned_queue_handoff")
 # (the stream's name there is not known to be in scope).
 NO_STATIC_FIX = ("offload_through_container", "record_stream_names_itself",
                  "handle_left_in_flight",  # (the waits go at the wrapper's end, a loop over its handles)
-                 "bucket_across_hook_calls")  # (a wait for every earlier call's stream, which no line names)
+                 "bucket_across_hook_calls",  # (a wait for every earlier call's stream, which no line names)
+                 "callback_handback")  # (the wait goes in the callback, another function than the `with`)
 
 
 def scan(capsys, *args):

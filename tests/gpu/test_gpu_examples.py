@@ -60,6 +60,8 @@ ONE_GPU = {
     # Two backward passes under two streams: the hook's second call reduces, on a stream that waited only for the
     # second stream, the copy its first call made on the first one.
     "bucket_across_hook_calls": ("SC201", "RAW"),
+    # The scale stream's write read after backward(): the end-of-backward callback waited for the reduce stream only.
+    "callback_handback": ("SC201", "RAW"),
 }
 
 

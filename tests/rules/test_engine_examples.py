@@ -45,6 +45,9 @@ PAIRS = {
     # A gradient hook's copy into a shared bucket, reduced by its next call, which waits only for its own current
     # stream (races.py `_earlier_hook_call`; DeepSpeed PR #8080)
     "bucket_across_hook_calls": ("SC101", "RAW", "earlier", "race"),
+    # A post-backward hook's write on a side stream the end-of-backward callback does not wait for, while it waits
+    # for the hook's other side stream (callback_handbacks.py; FSDP1's _post_backward_final_callback)
+    "callback_handback": ("SC101", "RAW", "earlier", "switch"),
 }
 
 
