@@ -54,7 +54,7 @@ def callbacks_handing_back_unordered_writes(program: Program, rule_id: str) -> I
                 there = _callback_stream(window, name, stream)
                 if name in waited or ordered_between(program, callback, START, END, there, CURRENT_STREAM):
                     continue
-                rank, writer, write, ctx = min(candidates, key=lambda c: c[0])
+                _rank, writer, write, ctx = min(candidates, key=lambda c: c[0])
                 found[(cid, hook, name)] = (callback, hook, stream, sorted(waited), writer, write, ctx)
     for key in sorted(found):
         yield _finding(program, rule_id, *found[key])

@@ -65,7 +65,7 @@ class CrossStreamConsumer(Rule):
         work on its own parameters through a call and returns with no wait after it (hook_handoffs.py), leaves
         the code it returns to reading unordered. A callback queued with `queue_callback` runs when the backward
         pass ends and returns to the code after `backward()`: when it makes the current stream wait for one of the
-        side streams a backward hook writes on and not for another (on some way through it), the other stream's
+        side streams a backward hook of its file writes on and not for another (on some way through it), the other stream's
         write is read there unordered (callback_handbacks.py). The other direction too: a function that makes a
         side stream wait for the current stream in one arm of an if/else and not in the other, where that arm
         makes other side streams wait, leaves the stream's next reads unordered after the current stream's writes
