@@ -36,6 +36,7 @@ class Bindings(ast.NodeVisitor):
                 text = ast.unparse(value)
                 if ("stream" in text.lower() or named_stream) and len(text) < 200:  # `stream = self.s1 if ...`
                     self.fn.stream_aliases.setdefault(node.targets[0].id, []).append(text)
+                    self.fn.stream_bindings.append((node.targets[0].id, node.lineno, text))
         elif self.detailed and len(node.targets) == 1 and dotted(node.targets[0]).count(".") == 1 \
                 and dotted(node.targets[0]).startswith("self.") and self._stream_attribute_value(node):
             # every value a stream attribute is bound to, one list per attribute: a capture (`self.s0 =

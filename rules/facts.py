@@ -196,6 +196,9 @@ class FunctionFacts:
     # Local names bound to stream-looking expressions (`stream = self.reduction_stream`), so `with stream(stream)`
     # and `stream.wait_stream(...)` can be tied to the stream they name.
     stream_aliases: dict[str, list[str]] = field(default_factory=dict)
+    # (local, line, value text) of each of those bindings: which stream a name holds on each way through an if/else
+    # (`if overlap: stream = self.s1` / `else: stream = current_stream()`, races.ways_through_branches).
+    stream_bindings: list[tuple[str, int, str]] = field(default_factory=list)
     params: list[str] = field(default_factory=list)  # parameter names, in order
     # Attributes this method assigns on `self` (`self.buf = ...`): the class that first assigns an attribute owns
     # it, so sibling classes that each assign their own `self.buf` hold different tensors.
@@ -283,6 +286,7 @@ class FunctionFacts:
         kwargs["self_assigns"] = list(data.get("self_assigns", ()))
         kwargs["branches"] = [tuple(b) for b in data.get("branches", ())]
         kwargs["choosing"] = [tuple(b) for b in data.get("choosing", ())]
+        kwargs["stream_bindings"] = [tuple(b) for b in data.get("stream_bindings", ())]
         kwargs["exits"] = [tuple(b) for b in data.get("exits", ())]
         kwargs["returns"] = [tuple(b) for b in data.get("returns", ())]
         kwargs["guarded"] = [tuple(b) for b in data.get("guarded", ())]

@@ -26,7 +26,7 @@ from .callgraph import Edge, Function
 from .facts import NO_REGION, Access, FunctionFacts, exclusive
 from .orderings import EVENT, Ordering, event_id, ordered_by, orderings_of, recording_stream, site_stream
 from .hooks import hook_run_functions
-from .streams import CURRENT_STREAM, EARLIER_HOOK_CALL, HOST, PARAM, UNKNOWN, display
+from .streams import CURRENT_STREAM, EARLIER_HOOK_CALL, HOST, PARAM, UNKNOWN, display, stream_id
 from .summaries import call_orderings, call_records, event_waiters
 
 if TYPE_CHECKING:
@@ -76,7 +76,8 @@ def ordered_between(program: "Program", function: Function, after: Position, bef
     `later` launched afterwards follow earlier work of stream `earlier`. `frame` is the stream the function's
     own current stream stands for (a region's, when a chain of calls from it reached the function). Up to the
     function's END, an ordering after a block that returns (`if not remote: return`) is not on every way out."""
-    ways = ways_through_branches(function, window_between(program, function, after, before, frame), after, before)
+    ways = ways_through_branches(function, window_between(program, function, after, before, frame), after, before,
+                                 _stream_choices(program, function, later, frame))
     return all(ordered_by(program, way, earlier, later) for _branch, way in ways)
 
 
@@ -97,25 +98,58 @@ def window_between(program: "Program", function: Function, after: Position, befo
     return _window(program, function, between, in_frame)
 
 
-def ways_through_branches(function: Function, window: list[Ordering], after: Position, before: Position):
+def ways_through_branches(function: Function, window: list[Ordering], after: Position, before: Position,
+                          chooses_later=None):
     """(branch, way): the window as each way through an if/else between the two positions leaves it (the whole
     window first, with branch None; then each branch of FunctionFacts.branches it skips), where one arm orders and
     the other does nothing of the kind (`if event: s.wait_event(event) else: log(...)`): the way through the
     other arm is not ordered by the first arm's waits. Left as orderings that may run (the lenient reading; a
     "must" reading of every guard flooded real code with correlated guards): a bare `if`, an if/else whose two
     arms both order (the author chose a wait for each way), and arms that bind a name (`stream = self.s1` /
-    `stream = current_stream()`: the wait belongs to the stream chosen with it)."""
+    `stream = current_stream()`: the wait belongs to the stream chosen with it).
+
+    `chooses_later(first, last)`, where given, says whether an arm binds the later access's stream (True), binds
+    stream names to other streams only (False), or binds none (None). Where an arm chooses the later stream the
+    stream itself is decided per way, so each such way is read by its own orderings alone (DeepSpeed's
+    average_tensor: `if offload: stream = side if overlap else current; stream.wait_event(...)` / `elif overlap:
+    stream = side; stream.wait_stream(producer)` / `else: stream = current`, then `with stream(stream):`): the way
+    through an arm that binds another stream (the current one) runs the access elsewhere and is not read."""
     yield None, window
     choosing = function.facts.choosing
     for body_start, body_end, else_start, else_end in function.facts.branches:
-        if not (after[0] < body_start and else_end < before[0]) \
-                or (body_start, body_end) in choosing or (else_start, else_end) in choosing:
+        if not (after[0] < body_start and else_end < before[0]):
+            continue
+        branch = (body_start, body_end, else_start, else_end)
+        arms = ((body_start, body_end), (else_start, else_end))
+        chosen = [chooses_later(*arm) for arm in arms] if chooses_later is not None else [None, None]
+        if True in chosen:
+            for (first, last), choice, (skip_first, skip_last) in zip(arms, chosen, reversed(arms)):
+                if choice:
+                    yield branch, [o for o in window if not skip_first <= o.line <= skip_last]
+            continue
+        if arms[0] in choosing or arms[1] in choosing:
             continue
         in_body = any(body_start <= o.line <= body_end for o in window)
         in_else = any(else_start <= o.line <= else_end for o in window)
         if in_body != in_else:
-            yield (body_start, body_end, else_start, else_end), [
-                o for o in window if not (body_start <= o.line <= body_end or else_start <= o.line <= else_end)]
+            yield branch, [o for o in window
+                           if not (body_start <= o.line <= body_end or else_start <= o.line <= else_end)]
+
+
+def _stream_choices(program: "Program", function: Function, later: str, frame: str):
+    """For ways_through_branches: whether an arm (first, last) binds a stream name (FunctionFacts.stream_bindings)
+    to `later` (True), only to other streams (False), or binds none (None); None for a function binding none."""
+    bindings = function.facts.stream_bindings
+    if not bindings or later in (CURRENT_STREAM, UNKNOWN):
+        return None
+
+    def chooses(first: int, last: int) -> bool | None:
+        streams = {stream_id(program, function, text) for _name, line, text in bindings if first <= line <= last}
+        if not streams:
+            return None
+        return later in {frame if sid == CURRENT_STREAM else sid for sid in streams}
+
+    return chooses
 
 
 def _window(program: "Program", function: Function, between, in_frame) -> list[Ordering]:
@@ -196,6 +230,12 @@ def _after_in(program: "Program", function: Function, position: Position, earlie
     if _event_handed_off(program, function, position, earlier, later, consumers):
         return True, False
     return False, limit != END
+
+
+def ordered_after_return(program: "Program", function: Function, earlier: str, later: str) -> bool:
+    """An ordering in a caller of `function` after the call (up to CALLER_LEVELS callers up), before anything
+    of the scan the result could reach there: what a function returning a tensor leaves to its callers."""
+    return _after_in_callers(program, function, earlier, later, frozenset(), CALLER_LEVELS)
 
 
 def _after_in_callers(program: "Program", function: Function, earlier: str, later: str,

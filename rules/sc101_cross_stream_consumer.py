@@ -15,6 +15,7 @@ from .outside_consumers import writes_for_outside_consumers
 from .outside_producers import reads_of_outside_producers
 from .program import Function, Program
 from .races import Context, contexts, matching, ordered_only_in_its_own_hook_call, unordered
+from .returned_from_a_side_stream import returned_unwaited
 from .rule import Rule, location, way_of
 from .side_waits_on_one_way import side_streams_waiting_on_one_way
 from .streams import CURRENT_STREAM, as_code, display, stream_words
@@ -70,6 +71,13 @@ class CrossStreamConsumer(Rule):
         side stream wait for the current stream in one arm of an if/else and not in the other, where that arm
         makes other side streams wait, leaves the stream's next reads unordered after the current stream's writes
         on that way (side_waits_on_one_way.py).
+        A tensor a function allocates and fills in place inside `with stream(s):`, records for the current
+        stream and returns to its caller (returned_from_a_side_stream.py: an unpack hook restoring an offloaded
+        activation) is read by the caller on the current stream: the function must make the current stream wait
+        for s before the return (or a caller in the scan after the call, or return an event recorded on s with
+        it). When the function chooses the stream per branch (`if overlap: stream = side ... else: stream =
+        current`), each way through the branch is judged by its own waits and its own stream
+        (races.ways_through_branches).
 
     Why it is bad:
         Streams run independently. A kernel (or NCCL collective, which waits only for the stream it was issued
@@ -102,6 +110,63 @@ class CrossStreamConsumer(Rule):
     summary = "tensor written on one stream is consumed on another stream without a wait or synchronize"
 
     VALID = [
+        # ... each way through the branch waits for the stream it chose; the `else` way runs on the current stream.
+        """
+import torch
+
+
+class Reducer:
+    def __init__(self):
+        self.side = torch.cuda.Stream()
+        self.bucket = torch.zeros(1024, device="cuda")
+
+    def fill(self, grad):
+        self.bucket.copy_(grad)
+
+    def reduce(self, offload, overlap):
+        if offload:
+            stream = self.side if overlap else torch.cuda.current_stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            torch.cuda.current_stream().wait_stream(stream)
+        elif overlap:
+            stream = self.side
+            stream.wait_stream(torch.cuda.current_stream())
+        else:
+            stream = torch.cuda.current_stream()
+        with torch.cuda.stream(stream):
+            return self.bucket.sum()
+""",
+        # ... the returned tensor waited for and recorded for the current stream.
+        """
+import torch
+
+
+class Restorer:
+    def __init__(self):
+        self.side = torch.cuda.Stream()
+
+    def restore(self, cpu_tensor):
+        with torch.cuda.stream(self.side):
+            gpu = torch.empty(cpu_tensor.shape, device="cuda")
+            gpu.copy_(cpu_tensor, non_blocking=True)
+        torch.cuda.current_stream().wait_stream(self.side)
+        gpu.record_stream(torch.cuda.current_stream())
+        return gpu
+""",
+        # ... a prefetcher that leaves the hand-over to its caller (neither waits nor records): not judged here.
+        """
+import torch
+
+
+class Prefetcher:
+    def __init__(self):
+        self.side = torch.cuda.Stream()
+
+    def prefetch(self, cpu_tensor):
+        with torch.cuda.stream(self.side):
+            gpu = cpu_tensor.to("cuda", non_blocking=True)
+        return gpu
+""",
         # ... and its fixed twin: the current stream waits for the copies back.
         """
 import torch
@@ -536,6 +601,49 @@ class State:
     ]
 
     INVALID = [
+        # The stream chosen per branch: the overlap arm of the first branch waits only the other way round
+        # (DeepSpeed's average_tensor); the `elif`'s wait is on another way (races.ways_through_branches).
+        """
+import torch
+
+
+class Reducer:
+    def __init__(self):
+        self.side = torch.cuda.Stream()
+        self.bucket = torch.zeros(1024, device="cuda")
+
+    def fill(self, grad):
+        self.bucket.copy_(grad)  # expect: SC101
+
+    def reduce(self, offload, overlap):
+        if offload:
+            stream = self.side if overlap else torch.cuda.current_stream()
+            torch.cuda.current_stream().wait_stream(stream)
+        elif overlap:
+            stream = self.side
+            stream.wait_stream(torch.cuda.current_stream())
+        else:
+            stream = torch.cuda.current_stream()
+        with torch.cuda.stream(stream):
+            return self.bucket.sum()
+""",
+        # A tensor made on a side stream, recorded for the current stream and returned to the caller, who reads it
+        # there: nothing makes the current stream wait for the copy (returned_from_a_side_stream.py).
+        """
+import torch
+
+
+class Restorer:
+    def __init__(self):
+        self.side = torch.cuda.Stream()
+
+    def restore(self, cpu_tensor):
+        with torch.cuda.stream(self.side):
+            gpu = torch.empty(cpu_tensor.shape, device="cuda")
+            gpu.copy_(cpu_tensor, non_blocking=True)  # expect: SC101
+        gpu.record_stream(torch.cuda.current_stream())
+        return gpu
+""",
         # Events handed to a helper that records them on the pack stream (`done_event.record(stream=...)`): their
         # synchronize is no wait for the copy stream, whose moves go back to the current stream unwaited
         # (Megatron's NVSHMEM copy service without `self.torch_copy_stream.synchronize()`).
@@ -952,6 +1060,7 @@ class State:
         yield from hooks_returning_unordered_writes(program, self.id)
         yield from callbacks_handing_back_unordered_writes(program, self.id)
         yield from side_streams_waiting_on_one_way(program, self.id)
+        yield from returned_unwaited(program, self.id)
 
 
 def _finding(program: Program, writer: Function, write: Access,

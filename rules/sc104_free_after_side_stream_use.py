@@ -14,6 +14,7 @@ from .noop_record_stream import noop_record_streams
 from .program import Program
 from .refilled_attributes import refilled_attributes_taken_over
 from .release_after_side_use import releases_after_side_use
+from .returned_from_a_side_stream import returned_unrecorded
 from .rule import Rule
 
 
@@ -77,6 +78,14 @@ class FreeAfterSideStreamUse(Rule):
         stream's pool with the current stream's reads still queued (torchrec's TrainPipelineBase records it in
         `_wait_for_batch`).
 
+        And a tensor returned from a side stream (returned_from_a_side_stream.py): allocated inside
+        `with stream(s):` and filled there in place (`t = torch.empty(...)`, `t.copy_(src)`), the current stream
+        made to wait for s, and returned to the caller, who uses it on the current stream,
+        with no `record_stream(current_stream())` by the function (or by a caller in the scan on the local it
+        binds the result to), while s does not wait for the current stream before the allocation: once the caller
+        frees it, the block goes back to s's pool and the next call's allocation may overwrite it under the
+        caller's queued reads (DeepSpeed's activation offload restores each activation for autograd this way).
+
     Why it is bad:
         The caching allocator remembers only the stream a block was allocated on. Once the tensor is freed, the
         block can be handed to the next allocation on that stream and overwritten while the side stream's kernel
@@ -98,6 +107,23 @@ class FreeAfterSideStreamUse(Rule):
     summary = "tensor used on a side stream is freed without record_stream or a wait"
 
     VALID = [
+        # ... recorded for the current stream before it is returned.
+        """
+import torch
+
+
+class Restorer:
+    def __init__(self):
+        self.side = torch.cuda.Stream()
+
+    def restore(self, cpu_tensor):
+        with torch.cuda.stream(self.side):
+            gpu = torch.empty(cpu_tensor.shape, device="cuda")
+            gpu.copy_(cpu_tensor, non_blocking=True)
+        torch.cuda.current_stream().wait_stream(self.side)
+        gpu.record_stream(torch.cuda.current_stream())
+        return gpu
+""",
         # A pipeline's batch attribute, filled on the memcpy stream and taken over by `progress` through a helper
         # that waits for the memcpy stream and records the current stream on it (torchrec's TrainPipelineBase).
         """
@@ -478,6 +504,23 @@ def offload(tensors, side):
     ]
 
     INVALID = [
+        # A tensor made on a side stream, waited for and returned to the caller, who uses it on the current stream
+        # and frees it: no record for the current stream (returned_from_a_side_stream.py).
+        """
+import torch
+
+
+class Restorer:
+    def __init__(self):
+        self.side = torch.cuda.Stream()
+
+    def restore(self, cpu_tensor):
+        with torch.cuda.stream(self.side):
+            gpu = torch.empty(cpu_tensor.shape, device="cuda")
+            gpu.copy_(cpu_tensor, non_blocking=True)
+        torch.cuda.current_stream().wait_stream(self.side)
+        return gpu  # expect: SC104
+""",
         # ... the same pipeline whose helper waits for the memcpy stream but records nothing.
         """
 import torch
@@ -857,9 +900,13 @@ def offload(tensors, side):
 
     def check(self, program: Program) -> Iterable[Finding]:
         yield from releases_after_side_use(program, self.id)
-        yield from frees_after_handoff(program, self.id)
+        handed_over = set()  # (function, tensor) reported at a read after the hand-over: not again at its return
+        for finding in frees_after_handoff(program, self.id):
+            handed_over.add((finding.symbol, finding.extra.get("path")))
+            yield finding
         yield from frees_of_element_blocks(program, self.id)
         yield from noop_record_streams(program, self.id)
         yield from drops_without_event_waits(program, self.id)
         yield from inputs_handed_back_with_events(program, self.id)
         yield from refilled_attributes_taken_over(program, self.id)
+        yield from (f for f in returned_unrecorded(program, self.id) if (f.symbol, f.extra["path"]) not in handed_over)

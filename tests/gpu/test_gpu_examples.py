@@ -62,6 +62,8 @@ ONE_GPU = {
     "bucket_across_hook_calls": ("SC201", "RAW"),
     # The scale stream's write read after backward(): the end-of-backward callback waited for the reduce stream only.
     "callback_handback": ("SC201", "RAW"),
+    # The caller frees the returned tensor; the next restore's allocation on the side stream takes its block.
+    "returned_from_side_stream": ("SC202", "FREE"),
 }
 
 

@@ -48,6 +48,9 @@ PAIRS = {
     # A post-backward hook's write on a side stream the end-of-backward callback does not wait for, while it waits
     # for the hook's other side stream (callback_handbacks.py; FSDP1's _post_backward_final_callback)
     "callback_handback": ("SC101", "RAW", "earlier", "switch"),
+    # Made on a side stream, waited for and returned to the caller, never recorded for the current stream
+    # (returned_from_a_side_stream.py; DeepSpeed's activation offload restore)
+    "returned_from_side_stream": ("SC104", "FREE", "returned", "reuse"),
 }
 
 
