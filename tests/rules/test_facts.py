@@ -247,3 +247,25 @@ def test_an_element_store_of_a_new_tensor_writes_into_the_tensor_stored_into():
         ("y", line_of(source, "y = cpu.to"), "to", "", True),
         ("kv", line_of(source, "kv[blocks] ="), "to", "blocks", False),
     ]
+
+
+def test_stream_bindings_say_which_stream_each_arm_binds():
+    source = textwrap.dedent("""
+    import torch
+
+    class Reducer:
+        def reduce(self, offload, overlap):
+            if offload:
+                stream = self.side if overlap else torch.cuda.current_stream()
+            elif overlap:
+                stream = self.side
+            else:
+                stream = torch.cuda.current_stream()
+            with torch.cuda.stream(stream):
+                pass
+    """)
+    facts = extract_facts(source, "r.py", StaticOptions())
+    [reduce] = [f for f in facts.functions if f.name == "reduce"]
+    first, side, current = (n for n, text in enumerate(source.splitlines(), 1) if text.strip().startswith("stream ="))
+    assert reduce.stream_bindings == [("stream", first, "self.side"), ("stream", first, "torch.cuda.current_stream()"),
+                                      ("stream", side, "self.side"), ("stream", current, "torch.cuda.current_stream()")]
