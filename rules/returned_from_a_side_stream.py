@@ -2,7 +2,8 @@
 
 A function that allocates a tensor inside `with stream(s):` and fills it there in place (`t = torch.empty(...)`,
 `t.copy_(src, non_blocking=True)`: a buffer staged for the caller) hands it to its caller by returning it; the
-caller, in the scan or outside it (autograd's unpack hook, a model's forward), uses it on the current stream. Two edges are the function's to give before it returns:
+caller, in the scan or outside it (autograd's unpack hook, a model's forward), uses it on the current stream. Two
+edges are the function's to give before it returns:
 - RAW (SC101): the current stream (or the host) waits for s after the fill (`current.wait_stream(s)`, a wait on an
   event recorded on s after it), else the caller's kernels may read the tensor before the fill lands. An event
   recorded on s after the fill and returned with the tensor is the caller's to wait; so is a wait that a caller in
@@ -31,8 +32,8 @@ from .free_after_handoff import _may_be_current
 from .orderings import recording_stream, site_stream
 from .program import Function, Program
 from .races import START, ordered_after_return, ordered_between
-from .rule import location
-from .streams import CURRENT_STREAM, DEFAULT_STREAM, PARAM, UNKNOWN, as_code
+from .rule import insert_edit, location
+from .streams import CURRENT_STREAM, DEFAULT_STREAM, PARAM, UNKNOWN, as_code, writable
 
 
 @dataclass(frozen=True)
@@ -156,6 +157,7 @@ def _finding(program: Program, rule_id: str, found: Returned, kind: str) -> Find
         fix = (f"Make the current stream wait before returning: `torch.cuda.current_stream().wait_stream({code})` "
                f"(or wait on an event recorded on `{code}` after the write) before the return at line {out.line}.")
         primary = location(function, fill.line, fill.column, ROLE_WRITE, f"{fill.op} in {where}")
+        statement = f"torch.cuda.current_stream().wait_stream({code})"
     else:
         message = (f"`{found.path}` is allocated on stream `{code}` and returned by `{where}` to its caller, which "
                    f"uses it on the current stream, with no `{found.path}.record_stream(current_stream())`: once "
@@ -164,9 +166,14 @@ def _finding(program: Program, rule_id: str, found: Returned, kind: str) -> Find
         fix = (f"Call `{found.path}.record_stream(torch.cuda.current_stream())` before the return at line "
                f"{out.line}.")
         primary = location(function, out.line, out.column, ROLE_READ, returned)
+        statement = f"{found.path}.record_stream(torch.cuda.current_stream())"
         made = found.made
         related = (location(function, made.start_line or made.line, made.start_column or made.column, ROLE_WRITE,
                             f"allocated on `{code}`"), related[0])
+    extra = {"path": found.path, "writer_stream": code, "reader_stream": "", "consumer": "caller",
+             "producer": "device op"}
+    if writable(code):  # for --fix: right before the return
+        extra["fix_edit"] = insert_edit(function, out.line, out.column, statement,
+                                        f"before the return at line {out.line}")
     return Finding(rule=rule_id, message=message, primary=primary, related=related, fix=fix, kind=kind,
-                   symbol=where, extra={"path": found.path, "writer_stream": code, "reader_stream": "",
-                                        "consumer": "caller", "producer": "device op"})
+                   symbol=where, extra=extra)

@@ -52,6 +52,8 @@ EXPECTED = {
     # Made on a side stream, read on the current one: recorded for it before the read.
     "handoff_without_record_stream": ("    batch.record_stream(torch.cuda.current_stream())", "total = batch.sum()",
                                       True),
+    # Returned from a side stream to a caller on the current stream: recorded for it, right before the return.
+    "returned_from_side_stream": ("        gpu.record_stream(torch.cuda.current_stream())", "return gpu", True),
     # Inside the hook: the side stream waits for the hook's current stream before the `with`.
     "hook_waits_default_stream": ("        self.reduce.wait_stream(torch.cuda.current_stream())",
                                   "with torch.cuda.stream(self.reduce):", True),
