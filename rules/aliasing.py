@@ -75,6 +75,15 @@ def _attribute_paths(function: Function, path: str, line: int) -> set[str]:
     # (`self.x` alone is a container: its key already exists)
 
 
+def as_attribute(function: Function, path: str, line: int) -> str:
+    """`path` spelled with the attribute a local names at `line` (FunctionFacts.attribute_names, `counts_cpu =
+    self.valid_sampled_token_count_cpu`: `counts_cpu[]` -> `self.valid_sampled_token_count_cpu[]`), else as is."""
+    head = path.split(".", 1)[0].split("[", 1)[0]
+    bound = [(at, attribute) for local, attribute, at in function.facts.attribute_names
+             if local == head and at <= line]
+    return max(bound)[1] + path[len(head):] if bound else path
+
+
 DERIVED_STEPS = 4  # `op` <- `by_id` <- `local_recvs` <- `self.recv_ops` (Megatron's NCCL copy service)
 
 

@@ -131,6 +131,8 @@ class _FactsVisitor(CallsAndAccesses, Bindings, RegionsAndBlocks, ast.NodeVisito
         self.awaited_containers: dict[int, set[str]] = {}  # per function: local dicts of awaited results
         self.written_locals: dict[int, set[str]] = {}  # per function: the plain names it has written so far
         self.tensor_params: dict[int, set[str]] = {}  # per function: parameters annotated as tensors
+        # ... annotated as nothing but a tensor (`torch.Tensor`, `torch.Tensor | None`; not `list | torch.Tensor`)
+        self.only_tensor_params: dict[int, set[str]] = {}
         self.defined: set[str] = set()
         self.hazards = None
         if detailed:  # SC102-SC105 facts: every node is shown to the collector first (extract_hazards.py)
@@ -296,10 +298,12 @@ class _FactsVisitor(CallsAndAccesses, Bindings, RegionsAndBlocks, ast.NodeVisito
         if args.kwarg:
             fn.params.append(args.kwarg.arg)
         self.facts.functions.append(fn)
-        if self.detailed:  # (read by kernel launches' facts only: extract_calls.py `_launched`)
-            self.tensor_params[id(fn)] = {a.arg for a in args.posonlyargs + args.args + args.kwonlyargs
-                                          if a.annotation is not None and self._may_spell(a.annotation, "Tensor")
-                                          and "Tensor" in ast.unparse(a.annotation)}
+        if self.detailed:  # (read by kernel launches' facts, extract_calls.py `_launched`, and by the parameter
+            # aliases of extract_bindings.py `_through_container`: detailed files only)
+            annotated = {a.arg: ast.unparse(a.annotation) for a in args.posonlyargs + args.args + args.kwonlyargs
+                         if a.annotation is not None and self._may_spell(a.annotation, "Tensor")}
+            self.tensor_params[id(fn)] = {name for name, text in annotated.items() if "Tensor" in text}
+            self.only_tensor_params[id(fn)] = {name for name, text in annotated.items() if _only_tensors(text)}
         classes = {a.arg: text for a in args.posonlyargs + args.args + args.kwonlyargs
                    if a.annotation is not None and (text := _class_annotation(a.annotation))}
         if classes:
@@ -367,6 +371,15 @@ class _PlainFactsVisitor(_FactsVisitor):
 
 
 _NAME, _ATTRIBUTE, _LOAD = ast.Name, ast.Attribute, ast.Load
+
+
+TENSOR_ANNOTATION_WORDS = frozenset({"Tensor", "torch.Tensor", "None", "Optional", "typing.Optional"})
+
+
+def _only_tensors(annotation: str) -> bool:
+    """An annotation's text names a tensor and nothing else but None (`torch.Tensor | None`, `Optional[Tensor]`)."""
+    words = re.findall(r"[\w.]+", annotation)
+    return any("Tensor" in word for word in words) and all(word in TENSOR_ANNOTATION_WORDS for word in words)
 
 
 def _class_annotation(annotation: ast.expr) -> str:

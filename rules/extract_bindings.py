@@ -20,8 +20,8 @@ ALIAS = "="  # the op of a binding recorded as where an attribute's tensor comes
 
 class Bindings(ast.NodeVisitor):
     """The visitor's methods for bindings; they use the visitor's state (extract.py `_FactsVisitor`): `facts`,
-    `fn`, `region`, `defined`, `pending_attr_functions`, `detailed`, `_scope_name`, `_keep_line`, `_access`,
-    `_is_torch_function`."""
+    `fn`, `region`, `defined`, `pending_attr_functions`, `detailed`, `only_tensor_params`, `_scope_name`,
+    `_keep_line`, `_access`, `_is_torch_function`."""
 
     def visit_Assign(self, node: ast.Assign) -> None:
         if self._forwarding_lambda(node):
@@ -182,6 +182,12 @@ class Bindings(ast.NodeVisitor):
             # (Not a parameter: `t = data` may be host data as often as a tensor, vLLM's `async_tensor_h2d`.)
             aliases[target.id] = source
             self.fn.attribute_names.append((target.id, source, target.lineno))
+            return
+        if isinstance(target, ast.Name) and isinstance(value, ast.Name) and value.id != target.id \
+                and value.id in self.only_tensor_params.get(id(self.fn), ()):
+            # `counts = valid_sampled_tokens_count` of a parameter annotated as a tensor (vLLM's model runner
+            # copies it to the host on a side stream): another name for the caller's tensor from here on
+            aliases[target.id] = value.id
             return
         if isinstance(target, ast.Tuple) and isinstance(value, ast.Name) and value.id in self.fn.params:
             # `dev, cpu_backup, use_pool = state` (Megatron's reload of what offload returned): the tensors unpacked

@@ -25,6 +25,7 @@ from typing import Iterable, Iterator, NamedTuple
 
 from streamcheck.findings import ROLE_CALL, ROLE_READ, ROLE_WRITE, Finding
 
+from .aliasing import as_attribute
 from .facts import NO_REGION, RETURNED, AsyncCopy, Call, Sync, Use
 from .hazard_flow import direction, host_blocked_between
 from .program import Function, Program
@@ -47,9 +48,10 @@ def host_reads_after_escape(program: Program, rule_id: str) -> Iterable[Finding]
         for copy in function.facts.async_copies:
             if not copy.dst or copy.dst.startswith("(") or direction(program, function, copy) != "d2h":
                 continue
-            if _kept_on_self(copy) and not host_blocked_between(program, function, copy.line,
-                                                                 function.facts.end_line + 1, {copy.dst}):
-                yield from _read_by_sibling_methods(program, rule_id, function, copy)
+            kept = as_attribute(function, copy.dst, copy.line)  # also through a local naming the attribute
+            if _kept_on_self(kept) and not host_blocked_between(program, function, copy.line,
+                                                                function.facts.end_line + 1, {copy.dst, kept}):
+                yield from _read_by_sibling_methods(program, rule_id, function, copy, kept)
             for use in _escapes(function, copy):
                 if host_blocked_between(program, function, copy.line, use.line, {copy.dst}):
                     continue
@@ -97,27 +99,30 @@ def _read_by_kept_attribute(program: Program, rule_id: str, escape: Escape) -> I
                                        f"destination")
 
 
-def _kept_on_self(copy: AsyncCopy) -> bool:
+def _kept_on_self(destination: str) -> bool:
     """The copy's destination is an attribute of `self` (`self.draft_token_ids_cpu[:n].copy_(d, non_blocking=True)`):
     it stays there for every method of the class after the copying method returns."""
-    return copy.dst.startswith("self.") and copy.dst.count(".") == 1
+    return destination.startswith("self.") and destination.count(".") == 1
 
 
-def _read_by_sibling_methods(program: Program, rule_id: str, function: Function,
-                             copy: AsyncCopy) -> Iterator[Finding]:
-    """Another method of the class reads the attribute on the host with no host wait before it in that method
-    (vLLM's `_get_draft_token_ids_cpu`, whose `self.draft_token_ids_event.synchronize()` is the wait)."""
+def _read_by_sibling_methods(program: Program, rule_id: str, function: Function, copy: AsyncCopy,
+                             attribute: str) -> Iterator[Finding]:
+    """Another method of the class reads the attribute on the host, itself or through a local naming it, with no
+    host wait before it in that method (vLLM's `_get_draft_token_ids_cpu`, whose
+    `self.draft_token_ids_event.synchronize()` is the wait; `_get_valid_sampled_token_count`, which reads
+    `counts_cpu = self.valid_sampled_token_count_cpu` after `sampled_count_event.synchronize()`)."""
     escape = Escape(function, copy, copy.end_line, copy.column)
     for method in program.functions_of_class(function):
         if method is function or method.facts.name == "__init__":
             continue  # (a constructor runs before any method of its object: vLLM's CpuGpuBuffer takes `.numpy()`)
         for sync in method.facts.syncs:
-            if sync.kind != "host_sync" or not _reads(sync.receiver, copy.dst):
+            if sync.kind != "host_sync" or not _reads(as_attribute(method, sync.receiver, sync.line), attribute):
                 continue
-            if host_blocked_between(program, method, method.facts.line, sync.line, {copy.dst}):
+            local = sync.receiver.split(".", 1)[0].split("[", 1)[0]
+            if host_blocked_between(program, method, method.facts.line, sync.line, {attribute, local}):
                 continue
             yield _finding(program, rule_id, escape, method, sync, function, None,
-                           f"`{copy.dst}`, which `{function.facts.qualname}` fills by the copy and keeps on `self`")
+                           f"`{attribute}`, which `{function.facts.qualname}` fills by the copy and keeps on `self`")
 
 
 def _kept_as(init: Function, call: Call, argument: str) -> list[str]:

@@ -42,6 +42,9 @@ NOT_ONLY_TENSOR_METHODS = frozenset({
 # Tensor methods whose arguments are tensors (the source of a copy), unlike `x.div_(self.factor)`.
 TENSOR_ARGUMENT_METHODS = frozenset({"copy_", "set_", "index_copy_", "masked_scatter_", "lerp_", "addcmul_",
                                      "addcdiv_", "matmul", "mm", "bmm"})
+# Tensor methods whose argument can only be a tensor (the source of a copy): what they read is a tensor whatever its
+# name says (`host[:n].copy_(valid_sampled_tokens_count)`).
+TENSOR_SOURCE_METHODS = frozenset({"copy_", "set_"})
 # Operators: `self.count + n` reads ints as often as tensors.
 ARITHMETIC = frozenset({"Add", "Sub", "Mult", "Div", "FloorDiv", "Mod", "Pow", "MatMult", "BitAnd", "BitOr",
                         "BitXor", "LShift", "RShift", "+", "-", "*", "/", "//", "%", "**", "@"})
@@ -85,9 +88,11 @@ def _producer(program: Program, reader: Function, read: Access) -> str | None:
     if "." in read.path and read.path.rsplit(".", 1)[-1] in AUTOGRAD_OUTPUTS:
         return AUTOGRAD
     outside = from_outside(program, reader, read)
-    if read.op.split(" ", 1)[0] in NOT_ONLY_TENSOR_METHODS or read.op.split(" ", 1)[0] in ARITHMETIC:
+    op = read.op.split(" ", 1)[0]
+    if op in NOT_ONLY_TENSOR_METHODS or op in ARITHMETIC:
         return None  # `self.queue.put(x)`, `module.float()`: no sign the receiver is a tensor at all
-    if any(word in read.path.rsplit(".", 1)[-1].lower() for word in NOT_TENSOR_WORDS):
+    if not _copied_from(reader, read) and any(word in read.path.rsplit(".", 1)[-1].lower()
+                                              for word in NOT_TENSOR_WORDS):
         return None  # `self.dp_process_group`, `world_size` handed down to a collective wrapper
     if _uploads(reader, read) or any(word in read.path.rsplit(".", 1)[-1].lower() for word in HOST_WORDS):
         return None  # `batch.to(device)`, `dst.copy_(host_buf)` on a copy stream: host memory, made by no stream
@@ -96,6 +101,15 @@ def _producer(program: Program, reader: Function, read: Access) -> str | None:
             for writer, write in matching(program, reader, read, "write")):
         return OUTSIDE
     return None
+
+
+def _copied_from(reader: Function, read: Access) -> bool:
+    """The read is the source of a copy (`host[:n].copy_(counts)`), where only a tensor can stand, not one of its
+    keywords (`non_blocking=self.use_streams`)."""
+    if read.op.split(" ", 1)[0] not in TENSOR_SOURCE_METHODS:
+        return False
+    call = _call_holding(reader, read)
+    return call is not None and not any(arg.partition("=")[2] == read.path for arg in call.args if "=" in arg)
 
 
 def _same_op(reader: Function, read: Access, writer: Function, write: Access) -> bool:

@@ -341,12 +341,19 @@ def ordered_before(program: "Program", context: Context, earlier: str) -> bool:
 def _param_stream_waited_anywhere(program: "Program", stream: str) -> bool:
     """A stream handed in by the caller: which one it is, and where it was made to wait, is decided on another
     call path (FSDP waits on its pre-unshard stream in the root's pre-forward). A wait of a stream of the same name
-    anywhere in the program is taken as that ordering."""
+    anywhere in the program is taken as that ordering, unless it opens a region of that stream (`with
+    stream(s): s.wait_stream(current)`, then the region's own work): such a wait orders its own region's reads,
+    not those of another function that gets a stream of that name (vLLM's two async-output constructors)."""
     name = display(stream)
     waited = program.memo("races.waited_names", lambda: {
         display(o.waiter).rsplit(".", 1)[-1] for fn in program.functions.values() for o in orderings_of(program, fn)
-        if o.kind in ("wait_stream", "wait_event")})
+        if o.kind in ("wait_stream", "wait_event") and not _opens_its_region(program, fn, o)})
     return name in waited
+
+
+def _opens_its_region(program: "Program", function: Function, ordering: Ordering) -> bool:
+    """The waiter is the stream of the region the wait sits in."""
+    return ordering.region != NO_REGION and site_stream(program, function, ordering.region) == ordering.waiter
 
 
 def _ordered_before_call(program: "Program", function: Function, earlier: str, later: str, levels: int) -> bool:

@@ -269,3 +269,88 @@ def test_a_host_read_in_another_method_of_a_copy_kept_on_self_needs_a_wait():
     assert findings[0].extra["path"] == "self.draft_token_ids_cpu"
     assert [(r.role, r.line) for r in findings[0].related] == [("write", copy)]
     assert findings_of({"runner.py": _variant(DRAFTS_TO_HOST, "self.draft_event.synchronize()")}) == []
+
+
+# --- gpu_model_runner.py `_copy_valid_sampled_token_count` / `_get_valid_sampled_token_count`: locals for all ------
+COUNTS = """
+import torch
+
+class Runner:
+    def copy_counts(self, next_token_ids: torch.Tensor, valid_sampled_tokens_count: torch.Tensor) -> None:
+        default_stream = torch.cuda.current_stream()
+        with torch.cuda.stream(self.count_copy_stream):
+            COPY_ORDERING
+            counts = valid_sampled_tokens_count
+            counts_cpu = self.count_cpu
+            counts_cpu[: counts.shape[0]].copy_(counts, non_blocking=True)
+            self.count_event.record()
+        self.prev = next_token_ids.unsqueeze(1)
+
+    def get_counts(self) -> list[int]:
+        sampled_count_event = self.count_event
+        counts_cpu = self.count_cpu
+        HOST_ORDERING
+        return counts_cpu[: self.prev.shape[0]].tolist()
+"""
+
+
+def _counts(copy_ordering: str, host_ordering: str) -> str:
+    return textwrap.dedent(COUNTS).replace("COPY_ORDERING", copy_ordering).replace("HOST_ORDERING", host_ordering)
+
+
+def test_a_local_naming_a_parameter_annotated_as_a_tensor_is_that_tensor_whatever_its_name():
+    # `counts = valid_sampled_tokens_count`: a parameter annotated as nothing but a tensor is a tensor (unlike
+    # `t = data` above), and the source of a copy is one even where its name says `count`.
+    racy = _counts("pass", "sampled_count_event.synchronize()")
+    findings = findings_of({"runner.py": racy})
+    assert _summary(findings) == [("SC101", "runner.py", line_of(racy, "copy_(counts"), "RAW")]
+    assert findings[0].extra["path"] == "valid_sampled_tokens_count"
+    fixed = _counts("self.count_copy_stream.wait_stream(default_stream)", "sampled_count_event.synchronize()")
+    assert findings_of({"runner.py": fixed}) == []
+
+
+def test_a_host_read_through_locals_naming_the_kept_copy_and_its_event_needs_the_event_synchronized():
+    racy = _counts("self.count_copy_stream.wait_stream(default_stream)", "pass")
+    every = findings_of({"runner.py": racy})
+    findings = [f for f in every if f.rule == "SC102"]
+    assert _summary(findings) == [("SC102", "runner.py", line_of(racy, ".tolist()"), "HOST")]
+    assert [(r.role, r.line) for r in findings[0].related] == [("write", line_of(racy, "copy_(counts"))]
+
+
+# --- gpu_model_runner.py `AsyncGPUModelRunnerOutput.__init__`: a stream parameter that another constructor waits --
+OUTPUTS = """
+import torch
+
+class AsyncOutput:
+    def __init__(self, sampled_token_ids: torch.Tensor, async_output_copy_stream: torch.cuda.Stream):
+        self._sampled_token_ids = sampled_token_ids
+        default_stream = torch.cuda.current_stream()
+        with torch.cuda.stream(async_output_copy_stream):
+            ORDERING
+            self.sampled_token_ids_cpu = self._sampled_token_ids.to("cpu", non_blocking=True)
+            self.ready.record()
+
+    def get_output(self):
+        self.ready.synchronize()
+        return self.sampled_token_ids_cpu.tolist()
+
+class AsyncPoolingOutput:
+    def __init__(self, pooler_output: torch.Tensor, async_output_copy_stream: torch.cuda.Stream):
+        self._pooler_output = pooler_output
+        default_stream = torch.cuda.current_stream()
+        with torch.cuda.stream(async_output_copy_stream):
+            async_output_copy_stream.wait_stream(default_stream)
+            self.pooler_output_cpu = self._pooler_output.to("cpu", non_blocking=True)
+            self.ready.record()
+
+    def get_output(self):
+        self.ready.synchronize()
+        return self.pooler_output_cpu.tolist()
+"""
+
+
+def test_a_wait_opening_another_functions_region_does_not_order_a_stream_parameter_of_the_same_name():
+    racy = _variant(OUTPUTS, "pass")
+    assert _summary(findings_of({"outputs.py": racy})) == [
+        ("SC101", "outputs.py", line_of(racy, "self._sampled_token_ids.to("), "RAW")]
+    assert findings_of({"outputs.py": _variant(OUTPUTS, "async_output_copy_stream.wait_stream(default_stream)")}) == []
