@@ -14,7 +14,8 @@ constructor): the wait is then the receiver's job. This module follows it to the
 - **kept on `self` by the copy:** the destination is an attribute of `self`, the copying method returns with no host
   wait after the copy, and another method of the class reads the attribute on the host with no host wait before
   the read in that method (vLLM's model runner copies draft tokens on a side stream in one method and reads them
-  in another after `self.draft_token_ids_event.synchronize()`).
+  in another after `self.draft_token_ids_event.synchronize()`), either of them through a local naming the attribute
+  (`counts_cpu = self.valid_sampled_token_count_cpu`).
 A host wait (a stream, event or device synchronize, a blocking read of a device tensor, a call that always does
 one) between the copy and the escape in the copying function, or before the read in the reading method, orders it.
 """
