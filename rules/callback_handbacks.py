@@ -28,7 +28,7 @@ from .hooks import end_of_backward_callbacks, hook_roots
 from .orderings import EVENT, Ordering, recorded_streams
 from .program import Function, Program
 from .races import END, START, Context, ordered_between, window_between
-from .rule import location, way_of
+from .rule import handed_out_extra, location, way_of
 from .streams import CURRENT_STREAM, HOST, PARAM, UNKNOWN, display, stream_words
 from .waits_on_one_way import side_stream_writes_of_outliving_tensors
 
@@ -127,6 +127,5 @@ def _finding(program: Program, rule_id: str, callback: Function, hook: str, stre
              f"`torch.cuda.current_stream().wait_stream({display(stream)})` beside the callback's other waits."),
         kind="RAW",
         symbol=where,
-        extra={"path": write.path, "writer_stream": display(stream), "reader_stream": "", "consumer": "outside",
-               "producer": "device op"},
+        extra=handed_out_extra(write.path, display(stream)),
     )

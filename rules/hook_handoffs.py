@@ -21,7 +21,7 @@ from streamcheck.findings import ROLE_CALL, ROLE_WRITE, Finding
 from .facts import NO_REGION
 from .program import Function, Program
 from .races import END, Context, ordered_between
-from .rule import location, way_of
+from .rule import handed_out_extra, location, way_of
 from .streams import CURRENT_STREAM, UNKNOWN, display, stream_words
 from .summaries import argument_for, translate
 from .waits_on_one_way import handed_on, side_stream_writes_of_outliving_tensors
@@ -89,6 +89,5 @@ def _finding(program: Program, rule_id: str, hook: Function, call, stream: str, 
              f"wait_stream(...)` for {stream_words(stream)} after the call at {hook.file.path}:{call.line}."),
         kind="RAW",
         symbol=where,
-        extra={"path": write.path, "writer_stream": display(stream), "reader_stream": "", "consumer": "outside",
-               "producer": "device op"},
+        extra=handed_out_extra(write.path, display(stream)),
     )

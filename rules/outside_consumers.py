@@ -23,7 +23,7 @@ from .facts import NO_REGION, Access
 from .orderings import EVENT, orderings_of, recorded_streams, waits_for
 from .program import Function, Program
 from .races import Context, contexts, matching, ordered_after
-from .rule import insert_edit, location, way_of
+from .rule import handed_out_extra, insert_edit, location, way_of
 from .streams import CURRENT_STREAM, PARAM, UNKNOWN, as_code, display, handed_in, stream_words, writable
 
 
@@ -73,8 +73,7 @@ def _names(program: Program, ordering, stream: str) -> bool:
 
 def _finding(program: Program, rule_id: str, writer: Function, write: Access, ctx: Context) -> Finding:
     waited, where = as_code(ctx.stream), writer.facts.qualname
-    extra = {"path": write.path, "writer_stream": display(ctx.stream), "reader_stream": "", "consumer": "outside",
-             "producer": "device op"}
+    extra = handed_out_extra(write.path, display(ctx.stream))
     region = writer.facts.regions[write.region]
     after = region.end_line + 1
     if after <= writer.facts.end_line and writable(waited):  # for --fix: right after the `with`

@@ -45,6 +45,13 @@ def location(function: "Function", line: int, column: int, role: str, note: str 
         path=function.file.path, line=line, column=column, role=role, note=note, snippet=function.file.snippet(line))
 
 
+def handed_out_extra(path: str, writer_stream: str) -> dict:
+    """The SC101 extra of a device write on `writer_stream` read by code outside the scan (the caller, the code
+    after a hook or `backward()`): one shape for every query that reports such a hand-out."""
+    return {"path": path, "writer_stream": writer_stream, "reader_stream": "", "consumer": "outside",
+            "producer": "device op"}
+
+
 def insert_edit(function: "Function", line: int, column: int, statement: str, where: str, safe: bool = True) -> dict:
     """A finding's `fix_edit` (what `--fix` applies): insert `statement` at (line, column) of `function`'s file;
     `where` finishes the description ("before the read at line 12")."""

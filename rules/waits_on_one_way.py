@@ -27,7 +27,7 @@ from .facts import NO_REGION, Access
 from .orderings import ordered_by
 from .program import Function, Program
 from .races import END, Context, contexts, ways_through_branches, window_between
-from .rule import location, way_of
+from .rule import handed_out_extra, location, way_of
 from .streams import CURRENT_STREAM, UNKNOWN, display, stream_words
 from .summaries import translate
 
@@ -132,6 +132,5 @@ def _finding(program: Program, rule_id: str, function: Function, position: tuple
              f"or a wait on an event recorded after the write)."),
         kind="RAW",
         symbol=where,
-        extra={"path": write.path, "writer_stream": display(stream), "reader_stream": "", "consumer": "outside",
-               "producer": "device op"},
+        extra=handed_out_extra(write.path, display(stream)),
     )
