@@ -3,6 +3,9 @@
 - **Point-to-point launches** are asynchronous without `async_op=True`: `dist.isend(t, dst)` and `dist.irecv(t, src)`
   return their handle, and `dist.batch_isend_irecv(ops)` returns one handle per `P2POp(dist.irecv, t, peer)` that
   went into `ops` (appended, or bound to a name that was appended, or written in the call's list display).
+- **ProcessGroup methods** launch without a flag: `group.send([t], peer, tag)`, `group.recv([buf], peer, tag)`,
+  `group.allreduce([t])`, ... (c10d's `ProcessGroup` API, tensors in lists) always return a work that must be
+  waited; known where the receiver is a parameter annotated `ProcessGroup` (vLLM's gloo `cpu_all_reduce_`).
 - **Loop bindings**: what a loop variable iterates, through `zip(...)`, `enumerate(...)`, `.items()` and `.values()`
   and nested tuple targets (`for p, (h, buf) in zip(params, pairs)`), so that `for req in reqs: req.wait()` waits
   `reqs` and a tensor named by a loop variable is an element of the container it iterates.
@@ -20,7 +23,7 @@ from typing import Callable, Iterable
 
 from .facts import RETURNED, AsyncWork, FunctionFacts
 
-__all__ = ["BATCH_P2P", "COALESCING_MANAGER", "P2P_LAUNCHES", "P2P_OP", "P2P_SEND", "coalesced", "handed_on",
+__all__ = ["BATCH_P2P", "GROUP_LAUNCHES", "GROUP_SENDS", "group_launch", "COALESCING_MANAGER", "P2P_LAUNCHES", "P2P_OP", "P2P_SEND", "coalesced", "handed_on",
            "loop_bindings", "loop_sources", "p2p_op_list", "p2p_ops_in_display", "p2p_ops_in_list", "p2p_sends",
            "p2p_tensor", "work_aliases"]
 
@@ -28,6 +31,14 @@ P2P_LAUNCHES = frozenset({"isend", "irecv"})
 BATCH_P2P = "batch_isend_irecv"
 P2P_SEND = "isend"  # the op of a work whose tensors are only read (a batch's sends are one such work)
 P2P_OP = "P2POp"
+# Methods of c10d's ProcessGroup that launch asynchronously and return a work (their tensors come in lists); the
+# sends only read theirs.
+GROUP_LAUNCHES = frozenset({"send", "recv", "recv_anysource", "allreduce", "allreduce_coalesced", "broadcast",
+                            "allgather", "allgather_into_tensor_coalesced", "_allgather_base", "reduce",
+                            "reduce_scatter", "_reduce_scatter_base", "alltoall", "alltoall_base", "gather",
+                            "scatter"})
+GROUP_SENDS = frozenset({"send"})
+PROCESS_GROUP = "ProcessGroup"
 COALESCING_MANAGER = "_coalescing_manager"  # torch.distributed's
 # Iteration helpers whose arguments are iterated element by element.
 ZIPPERS = frozenset({"zip"})
@@ -90,6 +101,13 @@ def p2p_ops_in_list(fn: FunctionFacts, ops: str, made: dict[str, list[tuple[str,
             if tensor not in tensors:
                 tensors.append(tensor)
     return tensors
+
+
+def group_launch(method: str, receiver: ast.AST, classes: dict[str, str]) -> bool:
+    """Whether `receiver.method(...)` is a ProcessGroup's asynchronous launch: `receiver` a name annotated as a
+    ProcessGroup in `classes` (the function's parameter -> class annotation)."""
+    return method in GROUP_LAUNCHES and isinstance(receiver, ast.Name) \
+        and classes.get(receiver.id, "").rsplit(".", 1)[-1] == PROCESS_GROUP
 
 
 def loop_sources(target: ast.AST, iterated: ast.AST) -> list[tuple[str, ast.AST]]:

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 from .facts import NO_REGION, RETURNED, AsyncCopy, AsyncWork, FileFacts, FunctionFacts, Placement, Use
 from .extract import elements
 from .extract_paths import index_of
-from .extract_handles import (BATCH_P2P, COALESCING_MANAGER, P2P_LAUNCHES, P2P_OP, P2P_SEND, coalesced, handed_on,
-                              loop_bindings, loop_sources, p2p_op_list, p2p_ops_in_display, p2p_ops_in_list,
+from .extract_handles import (BATCH_P2P, COALESCING_MANAGER, GROUP_SENDS, P2P_LAUNCHES, P2P_OP, P2P_SEND, coalesced,
+                              group_launch, handed_on, loop_bindings, loop_sources, p2p_op_list, p2p_ops_in_display, p2p_ops_in_list,
                               p2p_sends, p2p_tensor, work_aliases)
 from .extract_names import ESCAPING_METHODS
 from .extract_handle_objects import synthesize_handle_objects
@@ -197,6 +197,11 @@ class HazardCollector:
         if last in P2P_LAUNCHES or last in (P2P_OP, BATCH_P2P):
             if self._p2p(node, callee, last):
                 return
+        if isinstance(func, ast.Attribute) and group_launch(func.attr, func.value,
+                                                            self.v.param_classes.get(id(self.fn), {})):
+            # `group.recv([buf], peer, tag)`: always asynchronous (extract_handles.py); a send only reads
+            self._async_work(node, P2P_SEND if last in GROUP_SENDS else last, keywords)
+            return
         if isinstance(keywords.get("async_op"), ast.Name) and self._is_collective(node, callee):
             self._maybe_async(node, last, keywords)  # then seen as any call
         if last.lstrip("_")[:1].isupper() and len(node.args) >= 2:  # `Handle(work, out, ...)` (extract_pairs.py)

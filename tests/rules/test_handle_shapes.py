@@ -67,6 +67,63 @@ def test_batch_receives_read_before_their_handles_are_waited():
     assert findings_of({"bridge.py": _variant(BRIDGE, "req.wait()")}, {"SC105"}) == []
 
 
+# --- ProcessGroup methods: vLLM's gloo cpu_all_reduce_ (no async_op flag: they always return a work) ------------
+GROUP_METHODS = """
+import torch
+from torch.distributed import ProcessGroup
+
+def cpu_all_reduce_(tensor: torch.Tensor, group: ProcessGroup, peer: int, tag: int) -> torch.Tensor:
+    scratch = torch.empty_like(tensor)
+    recv_work = group.recv([scratch], peer, tag)
+    send_work = group.send([tensor], peer, tag)
+    RECV_WAIT
+    SEND_WAIT
+    tensor.add_(scratch)
+    return tensor
+
+def exchange(tensor: torch.Tensor, group: ProcessGroup, lanes: int, tag: int) -> torch.Tensor:
+    block_sums = [tensor if b == 0 else torch.empty_like(tensor) for b in range(lanes)]
+    works = []
+    for b, buf in enumerate(block_sums):
+        if b != 0:
+            works.append(group.recv([buf], b, tag))
+    for work in works:
+        WORKS_WAIT
+    total = block_sums[0]
+    for buf in block_sums[1:]:
+        total.add_(buf)
+    return total
+
+def not_a_group(tensor: torch.Tensor, queue) -> torch.Tensor:
+    queue.send([tensor], 1, 0)
+    tensor.add_(1)
+    return tensor
+"""
+
+
+def _group_variant(recv: str, send: str, works: str) -> str:
+    return textwrap.dedent(GROUP_METHODS).replace("RECV_WAIT", recv).replace("SEND_WAIT", send).replace(
+        "WORKS_WAIT", works)
+
+
+def test_process_group_methods_are_async_launches():
+    waits = ("recv_work.wait()", "send_work.wait()", "work.wait()")
+    assert findings_of({"utils.py": _group_variant(*waits)}, {"SC105"}) == []
+    racy = _group_variant("pass", "pass", "pass")
+    findings = findings_of({"utils.py": racy}, {"SC105"})
+    assert _summary(findings) == [
+        ("SC105", "utils.py", line_of(racy, "    tensor.add_(scratch)"), "WAR"),
+        ("SC105", "utils.py", line_of(racy, "    tensor.add_(scratch)"), "RAW"),
+        ("SC105", "utils.py", line_of(racy, "total.add_(buf)"), "WAR"),
+    ]
+    assert findings[0].message.startswith("`tensor` is written while the async `isend`")
+    assert findings[1].message.startswith("`scratch` is read while the async `recv`")
+    # the send alone missing its wait: the write of what it still reads (a method of an unannotated receiver
+    # such as `queue.send` is no launch)
+    only_send = findings_of({"utils.py": _group_variant(waits[0], "pass", waits[2])}, {"SC105"})
+    assert _summary(only_send) == [("SC105", "utils.py", line_of(racy, "    tensor.add_(scratch)"), "WAR")]
+
+
 # --- a work's tensors through what holds them: FSDP's sharded grad scaler, ZeRO-3's gather into views ----------
 HOLDERS = """
 import torch
