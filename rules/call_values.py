@@ -46,7 +46,7 @@ def value_accesses(program: "Program", function: "Function") -> list[Access]:
         if callee is None:
             continue
         local = results.get((call.line, call.column))
-        if local and call.region != NO_REGION:
+        if local:
             written = _result_writes(program, callee, call, local)
             found.extend(written)
             # kept here (`self.saved[tag] = state`): the container holds the result too (extraction saw no write)

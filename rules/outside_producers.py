@@ -94,7 +94,7 @@ def _producer(program: Program, reader: Function, read: Access) -> str | None:
     if not _copied_from(reader, read) and any(word in read.path.rsplit(".", 1)[-1].lower()
                                               for word in NOT_TENSOR_WORDS):
         return None  # `self.dp_process_group`, `world_size` handed down to a collective wrapper
-    if _uploads(reader, read) or any(word in read.path.rsplit(".", 1)[-1].lower() for word in HOST_WORDS):
+    if _uploads(program, reader, read) or any(word in read.path.rsplit(".", 1)[-1].lower() for word in HOST_WORDS):
         return None  # `batch.to(device)`, `dst.copy_(host_buf)` on a copy stream: host memory, made by no stream
     if outside and _tensor_position(reader, read) and not any(
             not _rebound_later(reader, read, writer, write) and not _same_op(reader, read, writer, write)
@@ -125,13 +125,29 @@ def _rebound_later(reader: Function, read: Access, writer: Function, write: Acce
             and (write.line, write.column) > (read.line, read.column))
 
 
-def _uploads(reader: Function, read: Access) -> bool:
+def _uploads(program: Program, reader: Function, read: Access) -> bool:
     """`batch.to(device)`, `x.cuda()`: a copy to the device of what is taken as host memory. (`x.to("cpu")` is a
-    download of device memory: a read like any other.)"""
-    op = read.op.split(" ", 1)[0]
+    download of device memory: a read like any other, also made in a helper the read was bound through: vLLM's
+    `async_copy_to_np(x)`, `return x.to("cpu", non_blocking=True).numpy()`.)"""
+    op, _, made_in = read.op.partition(" in ")
     if op not in UPLOADS:
         return False
+    if made_in:
+        return not any(a.op == op and "cpu" in fn.file.lines.get(a.line, "").lower()
+                       for fn in _functions_named(program, made_in) for a in fn.facts.accesses)
     return "cpu" not in reader.file.lines.get(read.line, "").lower()
+
+
+def _functions_named(program: Program, qualname: str) -> list[Function]:
+    table = program.memo("outside_producers.by_qualname", lambda: _by_qualname(program))
+    return table.get(qualname, [])
+
+
+def _by_qualname(program: Program) -> dict[str, list[Function]]:
+    table: dict[str, list[Function]] = {}
+    for fn in program.functions.values():
+        table.setdefault(fn.facts.qualname, []).append(fn)
+    return table
 
 
 def _tensor_position(reader: Function, read: Access) -> bool:

@@ -27,7 +27,7 @@ from .facts import NO_REGION, Access, FunctionFacts, exclusive
 from .orderings import EVENT, Ordering, event_id, ordered_by, orderings_of, recording_stream, site_stream
 from .hooks import hook_run_functions
 from .streams import CURRENT_STREAM, EARLIER_HOOK_CALL, HOST, PARAM, UNKNOWN, display, stream_id
-from .summaries import call_orderings, call_records, event_waiters
+from .summaries import call_orderings, call_records, event_waiters, translate
 
 if TYPE_CHECKING:
     from .program import Program
@@ -331,24 +331,36 @@ def ordered_before(program: "Program", context: Context, earlier: str) -> bool:
     if first and ordered_between(program, context.region_fn, START, (first.call.line, first.call.column), earlier,
                                  later):
         return True
-    if later.startswith(PARAM) and _param_stream_waited_anywhere(program, later):
+    if later.startswith(PARAM) and _param_stream_waited_anywhere(program, context.region_fn or context.function,
+                                                                  later):
         return True
     if context.region_fn is not None:
         return _ordered_before_call(program, context.region_fn, earlier, later, CALLER_LEVELS)
     return False
 
 
-def _param_stream_waited_anywhere(program: "Program", stream: str) -> bool:
+def _param_stream_waited_anywhere(program: "Program", function: Function, stream: str) -> bool:
     """A stream handed in by the caller: which one it is, and where it was made to wait, is decided on another
-    call path (FSDP waits on its pre-unshard stream in the root's pre-forward). A wait of a stream of the same name
-    anywhere in the program is taken as that ordering, unless it opens a region of that stream (`with
-    stream(s): s.wait_stream(current)`, then the region's own work): such a wait orders its own region's reads,
-    not those of another function that gets a stream of that name (vLLM's two async-output constructors)."""
-    name = display(stream)
-    waited = program.memo("races.waited_names", lambda: {
-        display(o.waiter).rsplit(".", 1)[-1] for fn in program.functions.values() for o in orderings_of(program, fn)
+    call path (FSDP waits on its pre-unshard stream in the root's pre-forward). Where `function`'s callers name
+    the streams they pass (`copy_stream=self.output_copy_stream`), a wait of one of those streams anywhere in the
+    program is taken as that ordering (or a wait of another function's parameter of the same name, decided
+    further up); a wait of another class's stream that happens to carry the name (vLLM's
+    `self.copy_stream.wait_stream(...)` of the structured-output and draft-token copiers vs the async-output
+    constructors' parameter `copy_stream`) is not. Where no caller names it, a wait of a stream of the same last
+    name anywhere is taken. Either way, not a wait that opens a region of its own stream (`with stream(s):
+    s.wait_stream(current)`, then the region's own work): it orders its own region's reads, not those of another
+    function that gets a stream of that name (vLLM's two async-output constructors)."""
+    waited = program.memo("races.waited_streams", lambda: {
+        o.waiter for fn in program.functions.values() for o in orderings_of(program, fn)
         if o.kind in ("wait_stream", "wait_event") and not _opens_its_region(program, fn, o)})
-    return name in waited
+    name = display(stream).rsplit(".", 1)[-1]
+    passed = {translate(program, caller, call, function, stream)
+              for caller, call in program.call_sites.get(function.id, ())}
+    named = {s for s in passed if _named(s)}
+    if named:
+        return bool(named & waited) or any(w.startswith(PARAM) and display(w).rsplit(".", 1)[-1] == name
+                                           for w in waited)
+    return name in {display(w).rsplit(".", 1)[-1] for w in waited}
 
 
 def _opens_its_region(program: "Program", function: Function, ordering: Ordering) -> bool:
