@@ -200,7 +200,7 @@ class HazardCollector:
         if isinstance(func, ast.Attribute) and group_launch(func.attr, func.value,
                                                             self.v.param_classes.get(id(self.fn), {})):
             # `group.recv([buf], peer, tag)`: always asynchronous (extract_handles.py); a send only reads
-            self._async_work(node, P2P_SEND if last in GROUP_SENDS else last, keywords)
+            self._async_work(node, P2P_SEND if last in GROUP_SENDS else last, keywords, flagged=False)
             return
         if isinstance(keywords.get("async_op"), ast.Name) and self._is_collective(node, callee):
             self._maybe_async(node, last, keywords)  # then seen as any call
@@ -280,7 +280,7 @@ class HazardCollector:
         return isinstance(inner, ast.Call) and any(
             isinstance(a, (ast.Name, ast.Attribute)) and matches_name(self.dotted(a), names) for a in inner.args)
 
-    def _async_work(self, node: ast.Call, op: str, keywords: dict) -> None:
+    def _async_work(self, node: ast.Call, op: str, keywords: dict, flagged: bool = True) -> None:
         if isinstance(node.func, ast.Attribute):
             self._mark(node.func)
         tensors: list[str] = []
@@ -296,7 +296,7 @@ class HazardCollector:
                     tensors.append(path)
         self.fn.async_works.append(AsyncWork(
             op, self.bound_to.get(id(node), ""), tuple(tensors), node.lineno, node.col_offset + 1,
-            node.end_lineno or node.lineno, self.v.blocks[-1], self.v.region))
+            node.end_lineno or node.lineno, self.v.blocks[-1], self.v.region, flagged=flagged))
 
     def _p2p(self, node: ast.Call, callee: str, last: str) -> bool:
         """Point-to-point launches (extract_handles.py); True when the call is accounted for."""

@@ -180,6 +180,13 @@ class AsyncWork:
     # Other paths holding its tensors at the launch (containers they went into, bases they view, loop containers):
     # extract_handles.py.
     aliases: tuple[str, ...] = ()
+    # False for a launch that is asynchronous without the flag (a ProcessGroup method: `group.recv([buf], peer)`)
+    flagged: bool = True
+
+    @property
+    def launch_text(self) -> str:
+        """How a finding names the launch: `all_reduce(..., async_op=True)`, `recv(...)`."""
+        return f"{self.op}(..., async_op=True)" if self.flagged else f"{self.op}(...)"
 
 
 @dataclass

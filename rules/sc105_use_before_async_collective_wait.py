@@ -684,7 +684,7 @@ def schedule(model, x, n, shape):
             message=(f"`{tensor}` is returned while the async `{work.op}` (line {work.line}) may still be using it: "
                      f"`{work.handle}` is not waited before, and it does not go along with the tensor"),
             primary=location(function, use.line, use.column, ROLE_READ, f"returned from {facts.qualname}"),
-            related=(location(function, work.line, work.column, ROLE_CALL, f"{work.op}(..., async_op=True)"),),
+            related=(location(function, work.line, work.column, ROLE_CALL, work.launch_text),),
             fix=f"{wait_text(facts, work)} before line {use.line}, or return the handle with the tensor.",
             kind="RAW",
             symbol=facts.qualname,
@@ -701,7 +701,7 @@ def schedule(model, x, n, shape):
                      f"waited before"),
             primary=location(function, use.line, use.column, ROLE_WRITE if use.how == "write" else ROLE_READ,
                              f"{use.arg or 'use'} in {facts.qualname}, next iteration"),
-            related=(location(function, work.line, work.column, ROLE_CALL, f"{work.op}(..., async_op=True)"),),
+            related=(location(function, work.line, work.column, ROLE_CALL, work.launch_text),),
             fix=f"{wait_text(facts, work)} before line {use.line} (the handle of the previous iteration).",
             kind="WAR" if use.how == "write" else "RAW",
             symbol=facts.qualname,
@@ -713,7 +713,7 @@ def schedule(model, x, n, shape):
         verb = "written" if use.how == "write" else "read"
         launched = touch.launcher.facts.qualname
         # (a handed work's flag is a variable: async where the handle is stored, as here)
-        launch = f"{work.op}(..., async_op=True)" if work in touch.launcher.facts.async_works else \
+        launch = work.launch_text if work in touch.launcher.facts.async_works else \
             f"{work.op}(..., async_op=<flag>) as `{work.handle}`"
         return Finding(
             rule=self.id,
@@ -798,7 +798,7 @@ def schedule(model, x, n, shape):
                 primary=location(function, use.line, use.column, ROLE_WRITE if use.how == "write" else ROLE_READ,
                                  f"{use.arg or 'use'} in {facts.qualname}"),
                 related=(location(function, work.line, work.column, ROLE_CALL,
-                                  f"{work.op}(..., async_op=True)" if work.op not in P2P_OPS else f"{work.op}(...)"),),
+                                  work.launch_text if work.op not in P2P_OPS else f"{work.op}(...)"),),
                 fix=(f"{wait_text(facts, work)} before line {use.line} (it orders the current stream after "
                      f"the collective without blocking the host)."),
                 kind="WAR" if use.how == "write" else "RAW",

@@ -118,6 +118,8 @@ def test_process_group_methods_are_async_launches():
     ]
     assert findings[0].message.startswith("`tensor` is written while the async `isend`")
     assert findings[1].message.startswith("`scratch` is read while the async `recv`")
+    # the launch is named as written: a ProcessGroup method takes no `async_op` flag
+    assert [f.related[0].note for f in findings] == ["isend(...)", "recv(...)", "recv(...)"]
     # the send alone missing its wait: the write of what it still reads (a method of an unannotated receiver
     # such as `queue.send` is no launch)
     only_send = findings_of({"utils.py": _group_variant(waits[0], "pass", waits[2])}, {"SC105"})
