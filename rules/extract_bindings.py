@@ -255,7 +255,8 @@ class Bindings(ast.NodeVisitor):
         taken = self.taken_from.setdefault(id(self.fn), {})
         aliases = self.aliases.setdefault(id(self.fn), {})
         for name in [t.id for t in elements(target) if isinstance(t, ast.Name)]:
-            taken.pop(name, None)
+            if taken.pop(name, None) is not None and self.detailed:
+                self.fn.rebound.append((name, getattr(target, "lineno", 0)))
             if aliases.pop(name, None) is not None:
                 self.fn.attribute_names.append((name, "", getattr(target, "lineno", 0)))
 

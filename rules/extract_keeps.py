@@ -30,7 +30,7 @@ def kept_facts(node: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str] | 
     of where a wait can be (None: every expression is walked)."""
     statements = list(_own_statements(node))
     aliases: dict[str, str] = {}  # local -> the container path it names
-    elements: dict[str, str] = {}  # local -> the container its value was taken from
+    elements = _Elements()  # local -> the container its value was taken from, by line
     for stmt in statements:
         if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
             name, value = stmt.targets[0].id, stmt.value
@@ -41,15 +41,19 @@ def kept_facts(node: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str] | 
             for part in iterated:
                 container = _path(part.value if isinstance(part, ast.Starred) else part, aliases)
                 for name in _names(stmt.target) if container else ():
-                    elements[name] = container
+                    elements.bind(name, stmt.lineno, container)
     found: list[KEEP] = []
     for stmt in statements:
         if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
             names = _names(stmt.targets[0])
             taken = _popped(stmt.value, aliases) if isinstance(stmt.value, ast.Call) else ""
             held = taken or (_path(stmt.value.value, aliases) if isinstance(stmt.value, ast.Subscript) else "")
-            for name in names if held else ():
-                elements[name] = held  # `oldest = C.pop(0)`, `tensor, event = C.pop(k)`, `event, ids = C[0]`
+            if not held and isinstance(stmt.value, ast.Name):
+                held = elements.at(stmt.value.id, stmt.lineno)  # `ev = event`: another name for the element
+            for name in names:
+                # `oldest = C.pop(0)`, `tensor, event = C.pop(k)`, `event, ids = C[0]`; bound to anything else, the
+                # name is no longer the element from here on (`event = self.s1.record_event()`)
+                elements.bind(name, stmt.lineno, held)
             if taken:
                 found.append(("drop", taken, ",".join(names), "", stmt.lineno, stmt.col_offset + 1))
         if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Subscript):
@@ -203,8 +207,33 @@ def _names(target: ast.AST) -> list[str]:
     return []
 
 
-def _element_of(expr: ast.AST, aliases: dict[str, str], elements: dict[str, str]) -> str:
+class _Elements:
+    """Which container a local holds an element of, line by line: (line, container) per binding in source order,
+    "" for a binding to anything else."""
+
+    def __init__(self) -> None:
+        self.bindings: dict[str, list[tuple[int, str]]] = {}
+
+    def bind(self, name: str, line: int, container: str) -> None:
+        if container or name in self.bindings:
+            self.bindings.setdefault(name, []).append((line, container))
+
+    def at(self, name: str, line: int) -> str:
+        """The binding in force at `line`; before the first (a loop's wait of the element its previous pass took)
+        the first element binding."""
+        bindings = sorted(self.bindings.get(name, ()), key=lambda b: b[0])  # (loops' bindings come first)
+        earlier = [container for at, container in bindings if at <= line]
+        if earlier:
+            return earlier[-1]
+        return next((container for _, container in bindings if container), "")
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.bindings
+
+
+def _element_of(expr: ast.AST, aliases: dict[str, str], elements: _Elements) -> str:
     """The container whose element's event `expr` names (`oldest.event`, `st.event`, `C[0].event`), or ""."""
+    line = expr.lineno
     while isinstance(expr, (ast.Attribute, ast.Subscript)):
         if isinstance(expr, ast.Subscript) and not (isinstance(expr.value, ast.Name) and expr.value.id in elements):
             container = _path(expr.value, aliases)  # `C[0].event`; `state[1]` of an element is the element's
@@ -212,5 +241,5 @@ def _element_of(expr: ast.AST, aliases: dict[str, str], elements: dict[str, str]
                 return container
         expr = expr.value
     if isinstance(expr, ast.Name):
-        return elements.get(expr.id, "")
+        return elements.at(expr.id, line)
     return ""

@@ -237,6 +237,10 @@ class FunctionFacts:
     # (local, container path, line): `data = self._context.batches.pop(k)` takes an element out of a container
     # another function may have filled on a side stream (free_after_handoff.py).
     taken: list[tuple[str, str, int]] = field(default_factory=list)
+    # (local, line): a local of `taken` bound again to something else (`event = self.s1.record_event()` after
+    # `tensor, event = self._fwd_stash.pop(k)`): from that line on it is not the container's element
+    # (orderings.event_id).
+    rebound: list[tuple[str, int]] = field(default_factory=list)
     # (local, path, line): a local bound to elements or a view of another path (`for op in self.recv_ops`,
     # `local = [op for op in self.ops if ...]`, `view = req.dest[a:b]`): what is written through the local is
     # written into that path (outside_consumers.py).
@@ -299,6 +303,7 @@ class FunctionFacts:
         kwargs["guarded"] = [tuple(b) for b in data.get("guarded", ())]
         kwargs["loops"] = [tuple(b) for b in data.get("loops", ())]
         kwargs["taken"] = [tuple(t) for t in data.get("taken", ())]
+        kwargs["rebound"] = [tuple(t) for t in data.get("rebound", ())]
         kwargs["derived"] = [tuple(t) for t in data.get("derived", ())]
         kwargs["attribute_names"] = [tuple(t) for t in data.get("attribute_names", ())]
         kwargs["call_results"] = [tuple(t) for t in data.get("call_results", ())]

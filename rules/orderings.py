@@ -60,17 +60,32 @@ def site_stream(program: "Program", function: "Function", region: int) -> str:
     return stream_id(program, function, function.facts.regions[region])
 
 
-def event_id(program: "Program", function: "Function", text: str) -> str:
+def event_id(program: "Program", function: "Function", text: str, line: int = 0) -> str:
     """An event's identity: a `self.` path per owning class, any other path per function. An event taken out
-    of a container (`self.events[m].popleft()`, `events[0]`) is the container's."""
+    of a container (`self.events[m].popleft()`, `events[0]`) is the container's: at `line`, the take in force
+    there, none when the local was bound again since (`tensor, event = self._fwd_stash.pop(k)` ... `event =
+    self.s1.record_event()`: a wait of `event` after the second binding waits the new event, not the stash's);
+    with no line, the last take."""
     text = _TAKEN.sub("", text)
-    taken = [container for local, container, _ in function.facts.taken if local == text]
-    if taken:  # `_, ev = self.stash[i]`: the container's events
-        text = taken[-1]
+    container = taken_container(function, text, line)
+    if container:  # `_, ev = self.stash[i]`: the container's events
+        text = container
     if text.startswith("self."):
         attr = text.split(".")[1]
         return f"{text}@{program.attr_owner(function.file.path, function.owner, attr)}"
     return f"{function.id}::{text}"
+
+
+def taken_container(function: "Function", local: str, line: int = 0) -> str:
+    """The container `local` holds an element of at `line` (FunctionFacts.taken less .rebound), "" for none."""
+    takes = [(at, container) for name, container, at in function.facts.taken if name == local
+             and (not line or at <= line)]
+    if not takes:
+        return ""
+    at, container = takes[-1] if not line else max(takes)
+    if line and any(name == local and at < bound <= line for name, bound in function.facts.rebound):
+        return ""
+    return container
 
 
 _TAKEN = re.compile(r"(\[\]|\.(pop|popleft|get|get_nowait|__getitem__)\(\))+$")
@@ -120,8 +135,8 @@ def _ordering(program: "Program", function: "Function", sync: Sync) -> Ordering 
         return make(stream(sync.receiver), stream(sync.arg) if sync.arg else UNKNOWN)
     if sync.kind in ("wait_event", "wait"):
         if sync.method == "wait_event":
-            return make(stream(sync.receiver), _event_target(program, function, sync.arg))
-        handle = event_id(program, function, sync.receiver)
+            return make(stream(sync.receiver), _event_target(program, function, sync.arg, sync.line))
+        handle = event_id(program, function, sync.receiver, sync.line)
         if sync.kind == "wait" and not recorded_streams(program, handle):
             # A work handle or future: the collective's end, which followed its launching stream's earlier work
             # (where the scan sees the launch), else only the communication stream.
@@ -129,7 +144,7 @@ def _ordering(program: "Program", function: "Function", sync: Sync) -> Ordering 
             if len(launched) == 1:  # one launching stream, named as the launch site names it (its frame: a
                 return make(here, next(iter(launched)))  # region's stream when a call from a region got there)
             return make(here, WORK + handle if launched else COMM)
-        return make(stream(sync.arg), _event_target(program, function, sync.receiver))
+        return make(stream(sync.arg), _event_target(program, function, sync.receiver, sync.line))
     if sync.kind == "synchronize":
         return make(HOST, _synchronized(program, function, sync, here))
     if sync.kind == "host_sync":
@@ -143,17 +158,17 @@ def _synchronized(program: "Program", function: "Function", sync: Sync, here: st
         return ANY_STREAM  # a configured sync callable (`sync-callables`): it orders everything, as declared
     if not receiver or receiver.split(".", 1)[0] in function.file.imports or receiver.endswith("get_accelerator()"):
         return ANY_STREAM  # torch.cuda.synchronize(), get_accelerator().synchronize(), a configured sync
-    if "event" in receiver.lower() or recorded_streams(program, event_id(program, function, receiver)):
-        return _event_target(program, function, receiver)
+    if "event" in receiver.lower() or recorded_streams(program, event_id(program, function, receiver, sync.line)):
+        return _event_target(program, function, receiver, sync.line)
     if names_current(receiver):
         return here
     return stream_id(program, function, receiver)
 
 
-def _event_target(program: "Program", function: "Function", text: str) -> str:
+def _event_target(program: "Program", function: "Function", text: str, line: int = 0) -> str:
     if not text:
         return ANY_STREAM
-    return EVENT + event_id(program, function, text)
+    return EVENT + event_id(program, function, text, line)
 
 
 def recorded_streams(program: "Program", event: str) -> frozenset[str]:
@@ -190,7 +205,7 @@ def _records(program: "Program") -> dict[str, frozenset[str]]:
             if sync.kind == "record":
                 stream = recording_stream(program, function, sync)
                 local.setdefault(sync.receiver, set()).add(stream)
-                found.setdefault(event_id(program, function, sync.receiver), set()).add(stream)
+                found.setdefault(event_id(program, function, sync.receiver, sync.line), set()).add(stream)
                 if sync.receiver in function.facts.params and sync.receiver not in ("self", "cls"):
                     handed.append((function, sync.receiver, stream))
         for sync in function.facts.syncs:

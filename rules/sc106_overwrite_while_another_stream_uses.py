@@ -10,6 +10,7 @@ from streamcheck.findings import ROLE_READ, ROLE_WRITE, Finding
 from .collectives import reads_in_place
 from .extract import ALIAS
 from .fresh_block_on_side_stream import writes_into_fresh_blocks
+from .kept_with_events import taken_without_event_waits
 from .unwaited_side_stream_writes import writes_on_never_waiting_streams
 from .facts import NO_REGION, Access
 from .program import Function, Program
@@ -33,7 +34,11 @@ class OverwriteWhileAnotherStreamUses(Rule):
         inside `with torch.cuda.stream(s):` before `s` waits for the current stream, on every call path
         (fresh_block_on_side_stream.py); and a tensor that came from outside the function (a parameter, a loop
         variable over one, a `self.` attribute, a value taken out of an attribute's container) overwritten on a
-        side stream that nothing in the whole program ever makes wait (unwaited_side_stream_writes.py).
+        side stream that nothing in the whole program ever makes wait (unwaited_side_stream_writes.py). And a
+        tensor a side stream read, kept in a container together with an event recorded on that stream after the
+        read (`self.stash[k] = (t, side.record_event())`), then taken back out and written, or returned to the
+        caller, with no wait for that event (kept_with_events.py; DeepSpeed's forward stash of offloaded
+        activations).
 
     Why it is bad:
         Launching the side stream's kernel returns at once; the kernel may run much later. The current stream's
@@ -54,13 +59,16 @@ class OverwriteWhileAnotherStreamUses(Rule):
         at each allocation, so it does not report the fresh-block overwrite. An element store of a new tensor
         (`kv_cache[blocks] = cpu[ids].to("cuda")`) is a write into the tensor stored into, also where that is a
         dict or a list (which only rebinds an element): the lint does not tell containers from tensors there.
+        A kept tensor handed back to the caller is reported at its take, as the caller may write it in place:
+        a caller that only reads it is no race; the wait counts anywhere in the taking function.
 
     Fix:
         Make the writing stream wait for the other one before the write:
         `torch.cuda.current_stream().wait_stream(side)` (or record an event on `side` after the read and
         `wait_event` it), or double-buffer with an index that alternates and a wait per buffer. For a side
         stream's overwrite, `s.wait_stream(torch.cuda.current_stream())` before the `with` (inside it,
-        `current_stream()` is `s` itself).
+        `current_stream()` is `s` itself). For a tensor kept with an event, wait the event once it is taken
+        out: `t, ev = self.stash.pop(k)`, `torch.cuda.current_stream().wait_event(ev)`.
     """
 
     id = "SC106"
@@ -121,6 +129,25 @@ def load(kv_cache, cpu_cache, cpu_blocks, gpu_blocks, load_stream):
 def step(kv_cache, cpu_cache, cpu_blocks, gpu_blocks):
     load_stream = torch.cuda.Stream()
     load(kv_cache, cpu_cache, cpu_blocks, gpu_blocks, load_stream)
+""",
+        # A tensor kept with the side stream's event after its read: waited when it is taken back out, also
+        # through another name for the event.
+        """
+import torch
+
+class Stash:
+    def offload(self, tag, x):
+        with torch.cuda.stream(self.d2h):
+            host = x.to("cpu", non_blocking=True)
+        self.stash[tag] = (x, self.d2h.record_event())
+        return host
+
+    def restore(self, tag):
+        x, event = self.stash.pop(tag)
+        ev = event
+        torch.cuda.current_stream().wait_event(ev)
+        x.mul_(2)
+        return x
 """,
         # Written first, read later (SC101's business, not a WAR).
         """
@@ -223,6 +250,25 @@ def step(kv_cache, cpu_cache, cpu_blocks, gpu_blocks):
     load_stream = torch.cuda.Stream()
     load(kv_cache, cpu_cache, cpu_blocks, gpu_blocks, load_stream)
 """,
+        # A tensor kept with the side stream's event after its read, taken out and written with no wait (the wait
+        # after it is for a new event of another stream).
+        """
+import torch
+
+class Stash:
+    def offload(self, tag, x):
+        with torch.cuda.stream(self.d2h):
+            host = x.to("cpu", non_blocking=True)
+        self.stash[tag] = (x, self.d2h.record_event())
+        return host
+
+    def restore(self, tag):
+        x, event = self.stash.pop(tag)
+        x.mul_(2)  # expect: SC106
+        event = self.h2d.record_event()
+        torch.cuda.current_stream().wait_event(event)
+        return x
+""",
     ]
 
     def check(self, program: Program) -> Iterable[Finding]:
@@ -245,7 +291,8 @@ def step(kv_cache, cpu_cache, cpu_blocks, gpu_blocks):
                 reported.add((writer.file.path, write.line))
                 yield _finding(program, writer, write, found)
         for finding in chain(writes_into_fresh_blocks(program, self.id),
-                             writes_on_never_waiting_streams(program, self.id)):
+                             writes_on_never_waiting_streams(program, self.id),
+                             taken_without_event_waits(program, self.id)):
             if (finding.primary.path, finding.primary.line) not in reported:
                 reported.add((finding.primary.path, finding.primary.line))
                 yield finding

@@ -67,7 +67,8 @@ RUNTIME_ONLY = ("compiled_write", "free_then_reuse", "pinned_queue_handoff")
 NO_STATIC_FIX = ("offload_through_container", "record_stream_names_itself",
                  "handle_left_in_flight",  # (the waits go at the wrapper's end, a loop over its handles)
                  "bucket_across_hook_calls",  # (a wait for every earlier call's stream, which no line names)
-                 "callback_handback")  # (the wait goes in the callback, another function than the `with`)
+                 "callback_handback",  # (the wait goes in the callback, another function than the `with`)
+                 "stash_without_event_wait")  # (the wait goes after the take, which is the finding's line)
 
 
 def scan(capsys, *args):

@@ -64,6 +64,9 @@ ONE_GPU = {
     "callback_handback": ("SC201", "RAW"),
     # The caller frees the returned tensor; the next restore's allocation on the side stream takes its block.
     "returned_from_side_stream": ("SC202", "FREE"),
+    # The caller's in-place write of the restored tensor against the offload stream's read of it (the scanner
+    # reports the take that hands it back unwaited).
+    "stash_without_event_wait": ("SC201", "WAR"),
 }
 
 

@@ -51,6 +51,9 @@ PAIRS = {
     # Made on a side stream, waited for and returned to the caller, never recorded for the current stream
     # (returned_from_a_side_stream.py; DeepSpeed's activation offload restore)
     "returned_from_side_stream": ("SC104", "FREE", "returned", "reuse"),
+    # Read on a side stream, kept with that stream's event, taken out and returned with no wait for the event
+    # (kept_with_events.taken_without_event_waits; DeepSpeed's forward stash); reported at the take
+    "stash_without_event_wait": ("SC106", "WAR", "taken", "earlier"),
 }
 
 
