@@ -15,7 +15,8 @@ constructor): the wait is then the receiver's job. This module follows it to the
   wait after the copy, and another method of the class reads the attribute on the host with no host wait before
   the read in that method (vLLM's model runner copies draft tokens on a side stream in one method and reads them
   in another after `self.draft_token_ids_event.synchronize()`), either of them through a local naming the attribute
-  (`counts_cpu = self.valid_sampled_token_count_cpu`).
+  (`counts_cpu = self.valid_sampled_token_count_cpu`), and either of them through a helper one call away
+  (kept_copies.py: the copy into the helper's parameter or result, the host read of the helper's parameter).
 A host wait (a stream, event or device synchronize, a blocking read of a device tensor, a call that always does
 one) between the copy and the escape in the copying function, or before the read in the reading method, orders it.
 """
@@ -29,6 +30,7 @@ from streamcheck.findings import ROLE_CALL, ROLE_READ, ROLE_WRITE, Finding
 from .aliasing import as_attribute
 from .facts import NO_REGION, RETURNED, AsyncCopy, Call, Sync, Use
 from .hazard_flow import direction, host_blocked_between
+from .kept_copies import host_reads_in_helpers, kept_by_callers
 from .program import Function, Program
 from .rule import location
 from .summaries import argument_for
@@ -47,8 +49,13 @@ class Escape(NamedTuple):
 def host_reads_after_escape(program: Program, rule_id: str) -> Iterable[Finding]:
     for function in program.functions.values():
         for copy in function.facts.async_copies:
-            if not copy.dst or copy.dst.startswith("(") or direction(program, function, copy) != "d2h":
+            if not copy.dst or direction(program, function, copy) != "d2h":
                 continue
+            for caller, call, attribute in kept_by_callers(program, function, copy):
+                if not host_blocked_between(program, caller, call.line, caller.facts.end_line + 1, {attribute}):
+                    yield from _read_by_sibling_methods(program, rule_id, caller, copy, attribute, (function, call))
+            if copy.dst.startswith("("):
+                continue  # the result of a call bound to no path: only a caller keeping it names it
             kept = as_attribute(function, copy.dst, copy.line)  # also through a local naming the attribute
             if _kept_on_self(kept) and not host_blocked_between(program, function, copy.line,
                                                                 function.facts.end_line + 1, {copy.dst, kept}):
@@ -76,7 +83,7 @@ def _read_by_callers(program: Program, rule_id: str, escape: Escape) -> Iterator
         result = f"{call.callee}()"
         for sync in caller.facts.syncs:
             if sync.kind == "host_sync" and sync.line == call.line and _reads(sync.receiver, result):
-                yield _finding(program, rule_id, escape, caller, sync, caller, call,
+                yield _finding(program, rule_id, escape, caller, sync, (caller, call), None,
                                f"the result of `{call.callee}(...)`, returned while the copy may still run")
 
 
@@ -95,7 +102,7 @@ def _read_by_kept_attribute(program: Program, rule_id: str, escape: Escape) -> I
                             continue
                         if host_blocked_between(program, method, method.facts.line, sync.line, {attribute}):
                             continue
-                        yield _finding(program, rule_id, escape, method, sync, escape.function, call,
+                        yield _finding(program, rule_id, escape, method, sync, (escape.function, call), None,
                                        f"`{attribute}`, which `{init.facts.qualname}` keeps from the copy's "
                                        f"destination")
 
@@ -107,12 +114,17 @@ def _kept_on_self(destination: str) -> bool:
 
 
 def _read_by_sibling_methods(program: Program, rule_id: str, function: Function, copy: AsyncCopy,
-                             attribute: str) -> Iterator[Finding]:
+                             attribute: str, helper: tuple[Function, Call] | None = None) -> Iterator[Finding]:
     """Another method of the class reads the attribute on the host, itself or through a local naming it, with no
     host wait before it in that method (vLLM's `_get_draft_token_ids_cpu`, whose
     `self.draft_token_ids_event.synchronize()` is the wait; `_get_valid_sampled_token_count`, which reads
-    `counts_cpu = self.valid_sampled_token_count_cpu` after `sampled_count_event.synchronize()`)."""
-    escape = Escape(function, copy, copy.end_line, copy.column)
+    `counts_cpu = self.valid_sampled_token_count_cpu` after `sampled_count_event.synchronize()`), or hands it to a
+    helper that reads it so. `helper`: the copy is made by that function, called at that call of `function`."""
+    copying, at = helper if helper else (function, None)
+    escape = Escape(copying, copy, copy.end_line, copy.column)
+    copied = (function, at) if at else None
+    what = (f"`{attribute}`, which `{function.facts.qualname}` fills by the copy"
+            + (f" in `{copying.facts.qualname}`" if at else "") + " and keeps on `self`")
     for method in program.functions_of_class(function):
         if method is function or method.facts.name == "__init__":
             continue  # (a constructor runs before any method of its object: vLLM's CpuGpuBuffer takes `.numpy()`)
@@ -122,8 +134,10 @@ def _read_by_sibling_methods(program: Program, rule_id: str, function: Function,
             local = sync.receiver.split(".", 1)[0].split("[", 1)[0]
             if host_blocked_between(program, method, method.facts.line, sync.line, {attribute, local}):
                 continue
-            yield _finding(program, rule_id, escape, method, sync, function, None,
-                           f"`{attribute}`, which `{function.facts.qualname}` fills by the copy and keeps on `self`")
+            yield _finding(program, rule_id, escape, method, sync, copied, None, what, at_copy=not at)
+        for call, reader, sync in host_reads_in_helpers(program, method, attribute):
+            if not host_blocked_between(program, method, method.facts.line, call.line, {attribute}):
+                yield _finding(program, rule_id, escape, reader, sync, copied, (method, call), what, at_copy=not at)
 
 
 def _kept_as(init: Function, call: Call, argument: str) -> list[str]:
@@ -138,31 +152,40 @@ def _reads(receiver: str, path: str) -> bool:
     return receiver == path or receiver.startswith((path + ".", path + "["))
 
 
-def _finding(program: Program, rule_id: str, escape: Escape, reader: Function, read: Sync, caller: Function,
-             call: Call | None, what: str) -> Finding:
+def _finding(program: Program, rule_id: str, escape: Escape, reader: Function, read: Sync,
+             called: tuple[Function, Call] | None, handed: tuple[Function, Call] | None, what: str,
+             at_copy: bool = True) -> Finding:
+    """`called`: the call that makes the copy (or hands its destination on); `handed`: the call that hands the kept
+    attribute to the helper that reads it; `at_copy`: whether a fix may wait in the copying function (not in a
+    helper whose caller keeps the destination: the helper does not know it is kept)."""
     copy = escape.copy
-    called = (location(caller, call.line, call.column, ROLE_CALL, f"calls `{call.callee}`"),) if call else ()
+    calls = tuple(location(caller, call.line, call.column, ROLE_CALL, f"calls `{call.callee}`")
+                  for caller, call in (pair for pair in (called, handed) if pair))
     return Finding(
         rule=rule_id,
         message=(f"{what}, is read by `.{read.method}()` on the host in `{reader.facts.qualname}` while the "
-                 f"non_blocking device-to-host copy into `{copy.dst}` (in `{escape.function.facts.qualname}`, "
+                 f"non_blocking device-to-host copy into {_named(copy)} (in `{escape.function.facts.qualname}`, "
                  f"line {copy.line}) may still be running: nothing waits for the copy in between"),
         primary=location(reader, read.line, read.column, ROLE_READ, f"host read in {reader.facts.qualname}"),
         related=(location(escape.function, copy.line, copy.column, ROLE_WRITE,
-                          f"non_blocking {copy.op} into `{copy.dst}`"),) + called,
+                          f"non_blocking {copy.op} into {_named(copy)}"),) + calls,
         fix=(f"Wait for the copy before the host reads it: record an event after the copy and call "
              f"`event.synchronize()` before line {read.line} of {reader.file.path} (or synchronize the copying "
              f"stream in `{escape.function.facts.qualname}` before the destination leaves it)."),
         kind="HOST",
         symbol=reader.facts.qualname,
-        extra={"path": copy.dst, "copy_line": copy.line, "fix_edit": _fix_edit(escape, reader, read)},
+        extra={"path": copy.dst, "copy_line": copy.line, "fix_edit": _fix_edit(escape, reader, read, at_copy)},
     )
 
 
-def _fix_edit(escape: Escape, reader: Function, read: Sync) -> dict:
+def _named(copy: AsyncCopy) -> str:
+    return f"the result of `.{copy.op}()`" if copy.dst.startswith("(") else f"`{copy.dst}`"
+
+
+def _fix_edit(escape: Escape, reader: Function, read: Sync, at_copy: bool) -> dict:
     """A host wait (unsafe, as SC102's): in the copying function before the destination leaves it when the copy
     ran on its current stream, else a device synchronize before the read (the copy's stream is not in scope)."""
-    if escape.copy.region == NO_REGION:
+    if escape.copy.region == NO_REGION and at_copy:
         statement = "torch.cuda.current_stream().synchronize()"
         path, line, column = escape.function.file.path, escape.line, escape.column
         where = f"before the destination leaves `{escape.function.facts.qualname}` at line {line}"

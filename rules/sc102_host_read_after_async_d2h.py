@@ -28,7 +28,10 @@ class HostReadAfterAsyncD2H(Rule):
         or rebound is not followed further in the function; where it goes is followed to its reader
         (host_read_after_escape.py): a destination returned while the copy may still run and read on the host by
         the caller in the same expression (`to_host(d).tolist()`), or handed to a class of the scan whose
-        `__init__` keeps it on `self` and read on the host by a method with no synchronize before it there.
+        `__init__` keeps it on `self` and read on the host by a method with no synchronize before it there; or
+        kept on `self` by one method and read on the host by another, also through a helper one call away on
+        either side (a helper copying into its parameter, or returning the copy, that the caller keeps as
+        `self.x`; a helper reading its parameter, to which a method hands `self.x`: kept_copies.py).
 
     Why it is bad:
         A non_blocking copy into pinned memory returns to Python before the copy ran; the host then reads
@@ -231,6 +234,30 @@ def start(device_splits, host_splits, ready, side):
     return Pending(host_splits, ready)
 """,
     ]
+
+    # Through helpers one call away (vLLM's copy_num_valid_draft_tokens / update_scheduler_for_invalid_drafts): the
+    # copy into the helper's parameter the caller binds to `self.counts_cpu`, the host read in the helper another
+    # method hands it to. With `event.synchronize()` before the read in `update`, VALID.
+    INVALID.append("""
+import torch
+
+def update(event, counts_cpu):
+    return counts_cpu[0].item()  # expect: SC102
+
+def copy_counts(counts_cpu, side, event, counts):
+    with torch.cuda.stream(side):
+        counts_cpu.copy_(counts, non_blocking=True)
+        event.record()
+
+class Runner:
+    def propose(self, counts):
+        copy_counts(self.counts_cpu, self.side, self.event, counts)
+
+    def update_states(self):
+        return update(self.event, self.counts_cpu)
+""")
+    VALID.append(INVALID[-1].replace("    return counts_cpu[0].item()  # expect: SC102",
+                                     "    event.synchronize()\n    return counts_cpu[0].item()"))
 
     def check(self, program: Program) -> Iterable[Finding]:
         for function in program.functions.values():

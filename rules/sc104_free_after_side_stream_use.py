@@ -9,6 +9,7 @@ from streamcheck.findings import Finding
 from .free_after_handoff import frees_after_handoff
 from .free_element_blocks import frees_of_element_blocks
 from .handed_back_with_event import inputs_handed_back_with_events
+from .kept_from_a_side_stream import kept_from_side_streams
 from .kept_with_events import drops_without_event_waits
 from .noop_record_stream import noop_record_streams
 from .program import Program
@@ -85,6 +86,12 @@ class FreeAfterSideStreamUse(Rule):
         binds the result to), while s does not wait for the current stream before the allocation: once the caller
         frees it, the block goes back to s's pool and the next call's allocation may overwrite it under the
         caller's queued reads (DeepSpeed's activation offload restores each activation for autograd this way).
+
+        And a tensor kept from a side stream (kept_from_a_side_stream.py): allocated inside `with stream(s):`
+        (or a view of such a tensor, `a, b = t.unbind(0)`), kept in a container together with an event recorded
+        on s (`self.queue[-1] = PendingRecv(event, t, ...)`), while other code waits an element's event on
+        another stream before using the tensors, and the storing function records the tensor for no stream
+        (vLLM's PPHandler.receive, which calls `t.record_stream(self.main_stream)` for this reason).
 
     Why it is bad:
         The caching allocator remembers only the stream a block was allocated on. Once the tensor is freed, the
@@ -898,6 +905,34 @@ def offload(tensors, side):
 """,
     ]
 
+    # Kept from a side stream with its event, waited on the main stream by another method: with
+    # `t.record_stream(self.main)` before the store, VALID.
+    INVALID.append("""
+import torch
+
+
+class Receiver:
+    def __init__(self):
+        self.main = torch.cuda.current_stream()
+        self.side = torch.cuda.Stream()
+        self.queue = []
+
+    def receive(self, n):
+        with torch.cuda.stream(self.side):
+            t = torch.empty(n, device="cuda")
+            torch.distributed.broadcast(t, src=0)
+            event = self.side.record_event()
+        self.queue.append((event, t))  # expect: SC104
+
+    def consume(self):
+        event, t = self.queue.pop(0)
+        self.main.wait_event(event)
+        return t * 2
+""")
+    VALID.append(INVALID[-1].replace("            event = self.side.record_event()",
+                                     "            event = self.side.record_event()\n"
+                                     "            t.record_stream(self.main)").replace("  # expect: SC104", ""))
+
     def check(self, program: Program) -> Iterable[Finding]:
         yield from releases_after_side_use(program, self.id)
         handed_over = set()  # (function, tensor) reported at a read after the hand-over: not again at its return
@@ -907,6 +942,7 @@ def offload(tensors, side):
         yield from frees_of_element_blocks(program, self.id)
         yield from noop_record_streams(program, self.id)
         yield from drops_without_event_waits(program, self.id)
+        yield from kept_from_side_streams(program, self.id)
         yield from inputs_handed_back_with_events(program, self.id)
         yield from refilled_attributes_taken_over(program, self.id)
         yield from (f for f in returned_unrecorded(program, self.id) if (f.symbol, f.extra["path"]) not in handed_over)
