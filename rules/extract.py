@@ -304,6 +304,7 @@ class _FactsVisitor(CallsAndAccesses, Bindings, RegionsAndBlocks, ast.NodeVisito
                          if a.annotation is not None and self._may_spell(a.annotation, "Tensor")}
             self.tensor_params[id(fn)] = {name for name, text in annotated.items() if "Tensor" in text}
             self.only_tensor_params[id(fn)] = {name for name, text in annotated.items() if _only_tensors(text)}
+            fn.tensor_params = sorted(self.only_tensor_params[id(fn)])
         classes = {a.arg: text for a in args.posonlyargs + args.args + args.kwonlyargs
                    if a.annotation is not None and (text := _class_annotation(a.annotation))}
         if classes:

@@ -27,16 +27,17 @@ class Bindings(ast.NodeVisitor):
         if self._forwarding_lambda(node):
             return
         self._note_self_assigns(node.targets)
-        if self.detailed and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+        if self.detailed and all(isinstance(target, ast.Name) for target in node.targets):
+            # (every name of a chained assignment: vLLM's `current = stream = torch.cuda.current_stream()`)
             values = [node.value.body, node.value.orelse] if isinstance(node.value, ast.IfExp) else [node.value]
-            for value in values:
-                named_stream = "stream" in node.targets[0].id.lower() and isinstance(value, (ast.Name, ast.Attribute))
+            for target, value in ((t, v) for t in node.targets for v in values):
+                named_stream = "stream" in target.id.lower() and isinstance(value, (ast.Name, ast.Attribute))
                 if not named_stream and not self._may_say_stream(value):
                     continue  # its text would not say "stream" (the unparse below is the costly part)
                 text = ast.unparse(value)
                 if ("stream" in text.lower() or named_stream) and len(text) < 200:  # `stream = self.s1 if ...`
-                    self.fn.stream_aliases.setdefault(node.targets[0].id, []).append(text)
-                    self.fn.stream_bindings.append((node.targets[0].id, node.lineno, text))
+                    self.fn.stream_aliases.setdefault(target.id, []).append(text)
+                    self.fn.stream_bindings.append((target.id, node.lineno, text))
         elif self.detailed and len(node.targets) == 1 and dotted(node.targets[0]).count(".") == 1 \
                 and dotted(node.targets[0]).startswith("self.") and self._stream_attribute_value(node):
             # every value a stream attribute is bound to, one list per attribute: a capture (`self.s0 =

@@ -138,8 +138,12 @@ class CallsAndAccesses(ast.NodeVisitor):
             return
         # ... and locals taken out of a container that another function filled (torchrec's
         # `data = self._context.module_input_post_prefetch.pop(name)`): read as that container (_access).
-        written = self.written_locals.get(id(self.fn), ())
+        written = self.written_locals.get(id(self.fn), set())
         taken = self.taken_from.get(id(self.fn), ())
+        # ... and parameters annotated as nothing but a tensor: code that gets one reads it (DeepSeek's `with
+        # torch.cuda.stream(stream): tf32_hc_prenorm_gemm(x, ...)`, and that wrapper's `_impl(x, ...)`), so the
+        # caller's producer pairs with the read (outside_producers.py)
+        written = written | self.only_tensor_params.get(id(self.fn), set())
         if not written and not taken:
             return
         for arg in list(node.args) + [k.value for k in node.keywords if k.arg]:

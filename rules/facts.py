@@ -207,6 +207,9 @@ class FunctionFacts:
     # (`if overlap: stream = self.s1` / `else: stream = current_stream()`, races.ways_through_branches).
     stream_bindings: list[tuple[str, int, str]] = field(default_factory=list)
     params: list[str] = field(default_factory=list)  # parameter names, in order
+    # The parameters annotated as nothing but a tensor (`torch.Tensor`, `torch.Tensor | None`), detailed files
+    # only: a read of one handed to code the scan cannot see is a tensor read (outside_producers.py).
+    tensor_params: list[str] = field(default_factory=list)
     # Attributes this method assigns on `self` (`self.buf = ...`): the class that first assigns an attribute owns
     # it, so sibling classes that each assign their own `self.buf` hold different tensors.
     self_assigns: list[str] = field(default_factory=list)
@@ -294,6 +297,7 @@ class FunctionFacts:
         kwargs = {k: data[k] for k in ("qualname", "name", "cls", "line", "end_line")}
         kwargs["stream_aliases"] = {k: list(v) for k, v in data.get("stream_aliases", {}).items()}
         kwargs["params"] = list(data.get("params", ()))
+        kwargs["tensor_params"] = list(data.get("tensor_params", ()))
         kwargs["self_assigns"] = list(data.get("self_assigns", ()))
         kwargs["branches"] = [tuple(b) for b in data.get("branches", ())]
         kwargs["choosing"] = [tuple(b) for b in data.get("choosing", ())]

@@ -158,6 +158,8 @@ def _tensor_position(reader: Function, read: Access) -> bool:
     imports = reader.file.imports
     if " in " in read.op or op in TENSOR_ARGUMENT_METHODS:
         return True
+    if read.path in reader.facts.tensor_params:
+        return True  # a parameter annotated as nothing but a tensor, handed to a kernel wrapper (`gemm(x, w, out)`)
     call = _call_holding(reader, read)
     if read.collective:  # a library's collective (`dist.all_reduce`), not a method of that name on an object
         return call is not None and ("." not in call.callee or call.callee.split(".", 1)[0] in imports)

@@ -220,7 +220,7 @@ class Program(CallGraph):
     def own_accesses(self, function: Function) -> list[Access]:
         """The function's own accesses, less the hand-off reads of calls the scan resolves (read there instead)."""
         return self.memo(("program.own", function.id), lambda: _without_resolved_handoffs(
-            function.facts.accesses, self.exact_edges_of(function.id)))
+            function, self.exact_edges_of(function.id), self.functions))
 
     def all_accesses(self) -> Iterator[tuple[Function, Access]]:
         for function in self.functions.values():
@@ -228,15 +228,26 @@ class Program(CallGraph):
                 yield function, access
 
 
-def _without_resolved_handoffs(accesses: list[Access], exact_calls: Iterator[tuple[Call, list[Edge]]]) -> list[Access]:
+def _without_resolved_handoffs(function: Function, exact_calls: Iterator[tuple[Call, list[Edge]]],
+                               functions: dict[str, Function]) -> list[Access]:
     """A local handed to code the scan holds (`self._num_bytes(t)`) is read where that code reads its parameter
     (bound_accesses), not at the call: the extraction's hand-off read (extract_calls.py `_handed_off`, made
-    for code the scan does not see) is dropped there."""
+    for code the scan does not see) is dropped there. A callee in a file the prefilter passed over holds no access
+    facts to read its parameters with: there a parameter annotated as a tensor keeps its hand-off read (what a
+    detailed callee would make of it, extract_calls.py: vLLM's `tf32_hc_prenorm_gemm(x, ...)` of
+    vllm/utils/deep_gemm.py hands `x` on to the kernel), other arguments do not (the helper may look at the shape
+    only)."""
+    accesses = function.facts.accesses
     if not accesses:
         return []  # (most functions: plain files hold no accesses; their calls need no look)
+    kept = set(function.facts.tensor_params)
+    exact_calls = list(exact_calls)
     resolved = {(call.callee.rsplit(".", 1)[-1], call.line) for call, _ in exact_calls}
+    plain = {(call.callee.rsplit(".", 1)[-1], call.line) for call, edges in exact_calls
+             if not any(functions[edge.callee].file.detailed for edge in edges)} if kept else set()
     if not resolved:
         return list(accesses)
-    return [a for a in accesses if not (a.kind == "read" and any(
+    return [a for a in accesses if not (a.kind == "read" and not (a.path in kept and any(
+        (a.op, line) in plain for line in range(a.line - HANDOFF_CALL_LINES, a.line + 1))) and any(
         (a.op, line) in resolved for line in range(a.line - HANDOFF_CALL_LINES, a.line + 1)))]
 

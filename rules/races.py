@@ -350,17 +350,35 @@ def _param_stream_waited_anywhere(program: "Program", function: Function, stream
     name anywhere is taken. Either way, not a wait that opens a region of its own stream (`with stream(s):
     s.wait_stream(current)`, then the region's own work): it orders its own region's reads, not those of another
     function that gets a stream of that name (vLLM's two async-output constructors)."""
-    waited = program.memo("races.waited_streams", lambda: {
-        o.waiter for fn in program.functions.values() for o in orderings_of(program, fn)
-        if o.kind in ("wait_stream", "wait_event") and not _opens_its_region(program, fn, o)})
+    waits = program.memo("races.waits_by_stream", lambda: _waits_by_stream(program))
+    waited = set(waits)
     name = display(stream).rsplit(".", 1)[-1]
-    passed = {translate(program, caller, call, function, stream)
-              for caller, call in program.call_sites.get(function.id, ())}
+    sites = program.call_sites.get(function.id, ())
+    passed = {translate(program, caller, call, function, stream) for caller, call in sites}
     named = {s for s in passed if _named(s)}
     if named:
-        return bool(named & waited) or any(w.startswith(PARAM) and display(w).rsplit(".", 1)[-1] == name
-                                           for w in waited)
+        return any(not _only_after_the_calls(where, sites) for s in named for where in waits.get(s, ())) or any(
+            w.startswith(PARAM) and display(w).rsplit(".", 1)[-1] == name for w in waited)
     return name in {display(w).rsplit(".", 1)[-1] for w in waited}
+
+
+def _waits_by_stream(program: "Program") -> dict[str, list[tuple[str, Position]]]:
+    """waiter -> (function id, position) of every wait of it, less those that open their own region."""
+    found: dict[str, list[tuple[str, Position]]] = {}
+    for fn in program.functions.values():
+        for o in orderings_of(program, fn):
+            if o.kind in ("wait_stream", "wait_event") and not _opens_its_region(program, fn, o):
+                found.setdefault(o.waiter, []).append((fn.id, (o.line, o.column)))
+    return found
+
+
+def _only_after_the_calls(where: tuple[str, Position], sites) -> bool:
+    """A wait in a caller after every call it makes of the function (vLLM's DeepSeek boundary: `stream.wait_event(
+    ready)` after `mhc_pre_delayed_overlap(..., stream=stream)`): it orders what comes after, not the callee's
+    reads in those calls."""
+    fid, position = where
+    calls = [(call.line, call.column) for caller, call in sites if caller.id == fid]
+    return bool(calls) and all(position > at for at in calls)
 
 
 def _opens_its_region(program: "Program", function: Function, ordering: Ordering) -> bool:
