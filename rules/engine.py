@@ -9,16 +9,18 @@ from streamcheck.findings import Finding, sorted_findings
 
 from .facts import FileFacts
 from .options import StaticOptions
+from .parallel_rules import run_rules
 from .program import Program
 from .registry import all_rules
 
 
 def analyze(facts: list[FileFacts], options: StaticOptions, select: set[str] | None = None,
-            timings: dict[str, float] | None = None) -> list[Finding]:
+            timings: dict[str, float] | None = None, jobs: int = 1) -> list[Finding]:
     """Build the whole-program view of `facts` and return the selected rules' findings (all rules if None).
 
     `timings`, when given, gets the seconds of "whole-program" (the call graph and its indexes) and "rules" (the
-    queries; they also build the program's lazy indexes they are the first to ask for)."""
+    queries; they also build the program's lazy indexes they are the first to ask for). With `jobs` > 1 the rules run
+    in two processes (parallel_rules.py)."""
     rules = [rule for rule in all_rules() if select is None or rule.id in select]
     if not rules:
         return []
@@ -31,9 +33,7 @@ def analyze(facts: list[FileFacts], options: StaticOptions, select: set[str] | N
     try:
         program = Program(facts, options)
         built = time.perf_counter()
-        findings: list[Finding] = []
-        for rule in rules:
-            findings.extend(rule().check(program))
+        findings = run_rules(rules, program, jobs)
     finally:
         if collecting:
             gc.enable()

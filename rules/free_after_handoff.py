@@ -150,12 +150,8 @@ def _filled_on(program: Program, function: Function, container: str, moved: bool
 def _filled_on_uncached(program: Program, function: Function, container: str, moved: bool):
     probe = Access("read", container, 0, 0, "")
     if not moved:
-        keys = access_keys(program, function, probe)
-        moves = program.memo("free_after_handoff.moves", lambda: [
-            (mover, into, source) for mover in program.functions.values()
-            for into, source, _ in mover.facts.taken if "." in into])
-        sources = {(mover, source) for mover, into, source in moves
-                   if keys & access_keys(program, mover, Access("read", into, 0, 0, ""))}
+        moves = program.memo("free_after_handoff.moves", lambda: _moves_by_key(program))
+        sources = {move for key in access_keys(program, function, probe) for move in moves.get(key, ())}
         if sources and not any(True for _ in matching(program, function, probe, "write")):
             filled = [_filled_on(program, mover, source, moved=True) for mover, source in sorted(
                 sources, key=lambda pair: (pair[0].id, pair[1]))]
@@ -173,6 +169,19 @@ def _filled_on_uncached(program: Program, function: Function, container: str, mo
                 return None
             found = found or (writer, write, ctx)
     return found
+
+
+def _moves_by_key(program: Program) -> dict[tuple, list[tuple[Function, str]]]:
+    """(mover, source) of each move of an element into an attribute path (`ctx.b[k] = ctx.a.pop(k)`), under every
+    access key of the path moved into: keyed once for the program, where each query keyed every move again (vLLM
+    0.33.0: 174 k access_keys calls, a sixth of its rules' time)."""
+    index: dict[tuple, list[tuple[Function, str]]] = {}
+    for mover in program.functions.values():
+        for into, source, _ in mover.facts.taken:
+            if "." in into:
+                for key in access_keys(program, mover, Access("read", into, 0, 0, "")):
+                    index.setdefault(key, []).append((mover, source))
+    return index
 
 
 def _may_be_current(program: Program, function: Function, stream: str) -> bool:

@@ -546,6 +546,13 @@ def matching(program: "Program", function: Function, access: Access, kind: str) 
                 yield other_fn, other
 
 
+def build_indexes(program: "Program") -> None:
+    """Build the indexes `matching` reads (both kinds) now, before the rules fork (parallel_rules.py): each of the
+    two processes would build them again (vLLM 0.33.0: a quarter of the rules' time)."""
+    for kind in ("read", "write"):
+        program.memo(f"races.by_key.{kind}", lambda: _index(program, kind))
+
+
 def _index(program: "Program", kind: str) -> dict:
     index: dict = {}
     for function, access in program.all_accesses():

@@ -103,6 +103,8 @@ class RulesBackend:
     # Imports what `extract` imports on its first call, before the extraction forks its workers: they inherit it
     # instead of each importing it again (about 60 ms of a worker's start)
     prepare_extraction: Callable[[], None] | None = None
+    # Whether `analyze` takes a `jobs` keyword (processes it may run the rules in; the scan's -j)
+    analyze_takes_jobs: bool = False
     _rule_docs: dict[str, tuple[str, str]] | None = field(default=None, repr=False)
 
     @property
@@ -136,6 +138,7 @@ def default_backend(config: ScanConfig) -> RulesBackend:
         stamp=code_stamp(Path(rules_package.__file__).parent, streamcheck_version()),
         list_rule_ids=_rule_ids_of_registry,
         prepare_extraction=_import_extraction,
+        analyze_takes_jobs=True,
     )
 
 
@@ -144,10 +147,11 @@ def _import_extraction() -> None:
     import streamcheck.rules.extract_hazards  # noqa: F401
 
 
-def _analyze_with_rules(facts_list: list, options: Any, select: Any, timings: dict | None = None) -> list[Finding]:
+def _analyze_with_rules(facts_list: list, options: Any, select: Any, timings: dict | None = None,
+                        jobs: int = 1) -> list[Finding]:
     from streamcheck.rules.engine import analyze
 
-    return analyze(facts_list, options, select, timings)
+    return analyze(facts_list, options, select, timings, jobs)
 
 
 def _rule_ids_of_registry() -> tuple[str, ...]:
@@ -374,7 +378,8 @@ def _analyze_files(read, config, backend: RulesBackend, cache, jobs, progress, r
         # frozen afterwards too: the first allocation with the collector on would walk the program and the rules'
         # indexes (vLLM 0.33.0: 0.6 s); the scan hands frozen objects back when it ends (few_collections)
         with paused_collector():
-            findings.extend(backend.analyze(facts_list, backend.options, enabled, phases))
+            more = {"jobs": jobs if jobs and jobs > 0 else default_jobs()} if backend.analyze_takes_jobs else {}
+            findings.extend(backend.analyze(facts_list, backend.options, enabled, phases, **more))
         clock.add(phases)
         clock.lap("analysis" if not phases else "rules")
     return findings
