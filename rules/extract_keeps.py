@@ -9,8 +9,10 @@ holds a block another stream still uses until the event it is stored with comple
 - ("drop", C, x, "", ...)  `C.clear()`, `x = C.pop(...)` / `C.popleft()` (x: the names bound, joined by
   commas; "" when the element is not bound), `del C[k]`;
   for a bound element the release is `del x` or the end of the function (the line and column are the pop's);
-- ("wait", C, "", "", ...)  a wait, synchronize or query of an element's event (`wait_event(oldest.event)`,
-  `st.event.synchronize()` over `for st in C`, `C[0].event.query()`).
+- ("wait", C, "", taken, ...)  a wait, synchronize or query of an element's event (`wait_event(oldest.event)`,
+  `st.event.synchronize()` over `for st in C`, `C[0].event.query()`); `taken` is "tensors" when the element's
+  other parts are at hand after it (`oldest` is the whole element; `t, ev = C[k]`), "" when only the event was taken
+  out (`_, ev = C[k]`: TRL waits such events only to drop the stash).
 A local alias of the container (`states = self.comm_ctx.reduce_scatter_states`) is read as the container.
 """
 
@@ -50,6 +52,8 @@ def kept_facts(node: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str] | 
             held = taken or (_path(stmt.value.value, aliases) if isinstance(stmt.value, ast.Subscript) else "")
             if not held and isinstance(stmt.value, ast.Name):
                 held = elements.at(stmt.value.id, stmt.lineno)  # `ev = event`: another name for the element
+            if held and len(names) == 1 and isinstance(stmt.targets[0], (ast.Tuple, ast.List)):
+                elements.event_only.add((names[0], stmt.lineno))  # `_, ev = C[k]`: the other parts are thrown away
             for name in names:
                 # `oldest = C.pop(0)`, `tensor, event = C.pop(k)`, `event, ids = C[0]`; bound to anything else, the
                 # name is no longer the element from here on (`event = self.s1.record_event()`)
@@ -78,7 +82,9 @@ def kept_facts(node: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str] | 
             for text in [expr.func.value] + list(expr.args):
                 container = _element_of(text, aliases, elements)
                 if container:
-                    found.append(("wait", container, "", "", expr.lineno, expr.col_offset + 1))
+                    taken = "" if isinstance(text, ast.Name) and elements.event_only_at(text.id, expr.lineno) \
+                        else "tensors"
+                    found.append(("wait", container, "", taken, expr.lineno, expr.col_offset + 1))
                     break
     return sorted(set(found), key=lambda k: (k[4], k[5], k[0], k[1], k[2], k[3]))
 
@@ -213,6 +219,7 @@ class _Elements:
 
     def __init__(self) -> None:
         self.bindings: dict[str, list[tuple[int, str]]] = {}
+        self.event_only: set[tuple[str, int]] = set()  # (name, line): bound alone out of an element's tuple
 
     def bind(self, name: str, line: int, container: str) -> None:
         if container or name in self.bindings:
@@ -226,6 +233,12 @@ class _Elements:
         if earlier:
             return earlier[-1]
         return next((container for _, container in bindings if container), "")
+
+    def event_only_at(self, name: str, line: int) -> bool:
+        """Whether the binding of `name` in force at `line` took nothing else out of its element."""
+        bindings = sorted(self.bindings.get(name, ()), key=lambda b: b[0])
+        earlier = [at for at, _ in bindings if at <= line] or [at for at, container in bindings if container][:1]
+        return bool(earlier) and (name, earlier[-1]) in self.event_only
 
     def __contains__(self, name: str) -> bool:
         return name in self.bindings

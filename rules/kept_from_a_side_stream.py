@@ -13,8 +13,9 @@ were allocated on broadcast stream but later used on the main stream").
 
 Reported, at the store, for each kept tensor (or a view of one: `num_sampled, num_rejected = combined.unbind(0)`)
 allocated inside a region of the one side stream the kept event is recorded on, when some other function waits
-(or synchronizes) an event taken from an element of the same container on another stream, and the storing function
-records neither the tensor nor its base for any stream.
+(or synchronizes) an event taken from an element of the same container on another stream with the element's tensors
+at hand (a waiter that takes out only the event, `_, ev = C[k]`, waits to drop the stash, not to use it: TRL's
+activation offload), and the storing function records neither the tensor nor its base for any stream.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ VIEW_METHODS = frozenset({"unbind", "split", "chunk", "view", "narrow", "tensor_
 
 def kept_from_side_streams(program: Program, rule_id: str) -> Iterable[Finding]:
     waits = [(function, Kept(*fact)) for function in program.functions.values()
-             for fact in function.facts.kept_events if fact[0] == "wait"]
+             for fact in function.facts.kept_events if fact[0] == "wait" and fact[3] == "tensors"]
     if not waits:
         return
     for function in program.functions.values():

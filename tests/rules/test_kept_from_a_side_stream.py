@@ -92,3 +92,18 @@ def test_no_consumer_waiting_the_event_on_another_stream_is_no_hand_over():
     alone = _without("            sampled_tokens.record_stream(self.main_stream)").replace(
         "        self.main_stream.wait_event(slot.event)\n", "")
     assert _summary(alone) == []
+
+
+def test_a_waiter_that_takes_out_only_the_event_drops_the_element_and_uses_nothing():
+    # TRL 1.13.0's activation offload: `_, ev = self.fwd_stash[id]; self.s0.wait_event(ev); del self.fwd_stash[id]`
+    # keeps the side-stream copy alive until the side stream is done and never reads it on s0
+    consumer = ("    def get_prev_sampled_outputs(self):\n"
+                "        for k in list(self.queue):\n"
+                "            {taken} = self.queue[k]\n"
+                "            self.main_stream.wait_event(ev)\n"
+                "            del self.queue[k]\n")
+    racy = _without("            sampled_tokens.record_stream(self.main_stream)")
+    racy = racy[:racy.index("    def get_prev_sampled_outputs")]
+    assert _summary(racy + consumer.format(taken="ev, _, _, _, _")) == []
+    assert _summary(racy + consumer.format(taken="ev, tokens, _, _, _")) == [
+        ("SC104", "pp_utils.py", STORE, "FREE", "sampled_tokens")]
