@@ -22,7 +22,7 @@ from .extract_bindings import ALIAS, Bindings
 from .extract_blocks import RegionsAndBlocks
 from .extract_calls import CallsAndAccesses
 from .extract_handle_flow import handle_flow_facts
-from .extract_keeps import kept_facts
+from .extract_keeps import kept_facts, own_statements
 from .extract_names import METADATA_ATTRS, METADATA_METHODS, NOT_DATA_WRITES, VIEW_METHODS
 from .extract_paths import access_path, dotted, elements, split_index
 from .facts import MODULE_SCOPE, NO_REGION, ClassFacts, FileFacts, FunctionFacts, ParseFailure, module_name
@@ -322,8 +322,9 @@ class _FactsVisitor(CallsAndAccesses, Bindings, RegionsAndBlocks, ast.NodeVisito
             self.visit(stmt)
         self.class_stack.pop()
         if self.detailed:
-            fn.kept_events = kept_facts(node, self.src_lines if self.lines_as_parsed else None)
-            fn.handle_flow = handle_flow_facts(node)
+            statements = list(own_statements(node))  # (both read them: walked once)
+            fn.kept_events = kept_facts(node, self.src_lines if self.lines_as_parsed else None, statements)
+            fn.handle_flow = handle_flow_facts(node, statements)
             for row in fn.handle_flow:  # a take may be a finding's place (handle_flow.py)
                 if row[0] == "bind" and any(o[0] == "take" and o[3] for o in row[2]):
                     self._keep_line(row[3])

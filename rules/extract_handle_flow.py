@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import ast
 
-from .extract_keeps import _SCOPES, _own_statements
+from .extract_keeps import _SCOPES, own_statements
 
 TAKES = frozenset({"pop", "popleft", "get", "popitem"})
 REMOVALS = frozenset({"pop", "popleft", "popitem"})  # the element leaves the container: the local holds the last
@@ -34,10 +34,12 @@ ANY_KEY = "*"
 MERGED = "="
 
 
-def handle_flow_facts(node: ast.FunctionDef | ast.AsyncFunctionDef) -> list[list]:
+def handle_flow_facts(node: ast.FunctionDef | ast.AsyncFunctionDef,
+                      statements: list[ast.stmt] | None = None) -> list[list]:
+    """The rows of one function (`statements`: own_statements(node), when the caller has them already)."""
     rows: list[list] = []
     taken: set[str] = set()  # locals bound by a removal: their later mentions are kept
-    for stmt in _own_statements(node):
+    for stmt in (own_statements(node) if statements is None else statements):
         if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
             targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
             operands = _operands(stmt.value)

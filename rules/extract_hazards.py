@@ -98,6 +98,7 @@ class HazardCollector:
         self.metadata_methods = METADATA_METHODS - {"record_stream"}
         self.not_data_writes = NOT_DATA_WRITES
         self.skip: set[int] = set()  # ids of nodes a parent has already accounted for
+        self.binds_memo: dict[int, bool] = {}  # id(statement) -> whether it binds a local name (_binds_a_name)
         self._assigned_from = ""  # the access path of the value of the assignment being recorded
         self.bound_to: dict[int, str] = {}  # id(value expression) -> the path its result is bound or appended to
         self.escaping_calls: set[int] = set()  # id() of calls whose result is a view handed out (returned)
@@ -628,7 +629,7 @@ class HazardCollector:
             other = (node.orelse[0].lineno, node.orelse[-1].end_lineno or node.orelse[-1].lineno)
             self.fn.branches.append(body + other)
             self.fn.choosing.extend(arm for arm, statements in ((body, node.body), (other, node.orelse))
-                                    if _binds_a_name(statements))
+                                    if _binds_a_name(statements, self.binds_memo))
 
     def _name(self, node: ast.Name) -> None:
         if isinstance(node.ctx, ast.Load) and node.id not in ("self", "cls"):
@@ -749,18 +750,35 @@ def _stored(value: ast.AST) -> list[ast.AST]:
     return elements(value)
 
 
-def _binds_a_name(statements: list[ast.stmt]) -> bool:
-    """Whether an arm assigns a plain local name (nested functions and classes aside)."""
-    pending = list(statements)
+def _binds_a_name(statements: list[ast.stmt], memo: dict[int, bool]) -> bool:
+    """Whether an arm assigns a plain local name (nested functions and classes aside). `memo`: id() of a statement
+    -> whether it (or what it nests) binds one, so the arms of nested if/else chains are walked once, not once
+    per enclosing `if` (the tree lives as long as the memo: one file's pass)."""
+    return any(_statement_binds(stmt, memo) for stmt in statements)
+
+
+def _statement_binds(statement: ast.stmt, memo: dict[int, bool]) -> bool:
+    found = memo.get(id(statement))
+    if found is not None:
+        return found
+    found = False
+    pending = [statement]
     while pending:
         node = pending.pop()
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        if node is not statement and isinstance(node, ast.stmt):
+            if _statement_binds(node, memo):
+                found = True
+                break
             continue
         if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             # (`state._event = None` binds no local: its `state` is loaded)
             if any(isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)
                    for target in targets for t in ast.walk(target)):
-                return True
+                found = True
+                break
         pending.extend(ast.iter_child_nodes(node))
-    return False
+    memo[id(statement)] = found
+    return found

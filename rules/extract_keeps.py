@@ -27,10 +27,12 @@ _POPS = frozenset({"pop", "popleft", "popitem"})
 _WAITS = frozenset({"wait_event", "wait", "synchronize", "query", "wait_stream"})
 
 
-def kept_facts(node: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str] | None) -> list[KEEP]:
+def kept_facts(node: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str] | None,
+               statements: list[ast.stmt] | None = None) -> list[KEEP]:
     """The facts of one function. `lines`: its file's source lines as the parser numbered them, for a cheap test
-    of where a wait can be (None: every expression is walked)."""
-    statements = list(_own_statements(node))
+    of where a wait can be (None: every expression is walked); `statements`: own_statements(node), when the caller
+    has them already."""
+    statements = list(own_statements(node)) if statements is None else statements
     aliases: dict[str, str] = {}  # local -> the container path it names
     elements = _Elements()  # local -> the container its value was taken from, by line
     for stmt in statements:
@@ -93,7 +95,7 @@ _BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 
 
-def _own_statements(node: ast.FunctionDef | ast.AsyncFunctionDef):
+def own_statements(node: ast.FunctionDef | ast.AsyncFunctionDef):
     """The statements of the function's body at every depth, in source order, not those of nested functions or
     classes (statements are a tenth of a body's nodes: walking every node here was a quarter of the facts pass)."""
     stack = [s for s in reversed(node.body) if not isinstance(s, _SCOPES)]
