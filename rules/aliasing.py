@@ -46,7 +46,7 @@ def _attribute_keys_of_local(program: Program, function: Function, access: Acces
     def build() -> set[tuple]:
         root, dot, rest = access.path.partition(".")
         found: set[tuple] = set()
-        for path in _attribute_paths(function, access.path, access.line):
+        for path in _attribute_paths(function, access.path, access.line) | held_containers(function, access):
             found.add(_self_key(program, function, path))
         # (only under the function's own stream region: elsewhere the callers' bound accesses (summaries.py) stand
         # for it on each caller's stream, and a key shared by every call site would pair one site's tensor with
@@ -73,6 +73,19 @@ def _attribute_paths(function: Function, path: str, line: int) -> set[str]:
     return {p for p in derived_paths(function, path, line)
             if p != path and p.split(".", 1)[0] in ("self", "cls") and p.count(".") > 1}
     # (`self.x` alone is a container: its key already exists)
+
+
+def held_containers(function: Function, access: Access) -> set[str]:
+    """The attribute containers (`self.x`) whose element the accessed local itself is (`for k, (out, done) in
+    self._buffers.items(): out[:n].copy_(kv)`, vLLM's engram prefetch): a tensor op on the local touches the
+    container's element, which another method takes out by key (`out, done = self._buffers[k]`, read as
+    `self._buffers`: extract_bindings `_through_container`). Only the element itself: a path below it (`op.tensor`)
+    is the container's path below (`_attribute_paths`)."""
+    if "." in access.path:
+        return set()
+    return {source for local, source, bound in function.facts.derived
+            if local == access.path and source.count(".") == 1 and source.split(".", 1)[0] in ("self", "cls")
+            and bound <= access.line and not exclusive(function.facts, bound, access.line)}
 
 
 def as_attribute(function: Function, path: str, line: int) -> str:

@@ -243,6 +243,10 @@ class Bindings(ast.NodeVisitor):
                     if a.kind == "write" and a.path in stored and a.region != NO_REGION)
             return
         container = _taken_out_of(value)
+        if container in taken:
+            # `kv = out[:n]` after `out, done = self._buffers[k]` (vLLM's engram prefetch): a view of the element
+            # is the same memory, so it is the container's element too
+            container = taken[container]
         if container and ("." in container or container in self.awaited_containers.get(id(self.fn), ())):
             for name in [t.id for t in elements(target) if isinstance(t, ast.Name)]:
                 if not any(word in name.lower() for word in NOT_TENSOR_WORDS):  # `device, buf = ...`: buf only

@@ -119,9 +119,10 @@ class CallsAndAccesses(ast.NodeVisitor):
 
     def _launched(self, node: ast.Call, line: int, col: int, callee: str) -> None:
         """`kernel[grid](x, out, n, ...)`: a Triton (or Numba) kernel launched on the current stream reads its tensor
-        arguments: parameters annotated as tensors and locals this function wrote (ints and strides are no
-        tensors). Which of them it writes is the kernel's business, so only the reads are facts."""
-        tensors = self.tensor_params.get(id(self.fn), set()) | self.written_locals.get(id(self.fn), set())
+        arguments: parameters annotated as tensors, locals this function wrote and locals taken out of an
+        attribute's container (`out, done = self._buffers[k]`; ints and strides are no tensors). Which of them it writes is the kernel's business, so only the reads are facts."""
+        tensors = self.tensor_params.get(id(self.fn), set()) | self.written_locals.get(id(self.fn), set()) | set(
+            self.taken_from.get(id(self.fn), ()))  # (an element of an attribute's container: `_access` reads it so)
         for arg in node.args:
             if isinstance(arg, ast.Name) and arg.id in tensors:
                 self._access("read", arg, line, col, callee)

@@ -22,7 +22,7 @@ from streamcheck.findings import ROLE_READ, ROLE_STREAM_CONTEXT, ROLE_WRITE, Fin
 from .facts import NO_REGION, Access, exclusive
 from .orderings import orderings_of, waits_for
 from .program import CURRENT_STREAM, Function, Program
-from .aliasing import access_keys
+from .aliasing import access_keys, held_containers
 from .races import contexts, matching
 from .rule import insert_edit, location
 from .streams import HOST, UNKNOWN, as_code
@@ -160,6 +160,8 @@ def _filled_on_uncached(program: Program, function: Function, container: str, mo
             return filled[0]
     found = None
     for writer, write in matching(program, function, probe, "write"):
+        if "." not in write.path and held_containers(writer, write):
+            continue  # `for k, (out, ev) in self.bufs.items(): out.copy_(x)` writes into an element, it makes none
         for ctx in contexts(program, writer, write):
             if ctx.stream in (CURRENT_STREAM, UNKNOWN) or ctx.region_fn is None:
                 return None

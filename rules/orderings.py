@@ -65,9 +65,13 @@ def event_id(program: "Program", function: "Function", text: str, line: int = 0)
     of a container (`self.events[m].popleft()`, `events[0]`) is the container's: at `line`, the take in force
     there, none when the local was bound again since (`tensor, event = self._fwd_stash.pop(k)` ... `event =
     self.s1.record_event()`: a wait of `event` after the second binding waits the new event, not the stash's);
-    with no line, the last take."""
+    with no line, the last take. So is an element of an attribute's container held by a local (`for k, (out, done)
+    in self._buffers.items(): done.record(s)`, vLLM's engram prefetch, whose other method waits `out, done =
+    self._buffers[k]`)."""
     text = _TAKEN.sub("", text)
-    container = taken_container(function, text, line)
+    container = taken_container(function, text, line) or next(
+        (source for local, source, bound in reversed(function.facts.derived)
+         if local == text and source.startswith("self.") and (not line or bound <= line)), "")
     if container:  # `_, ev = self.stash[i]`: the container's events
         text = container
     if text.startswith("self."):

@@ -278,17 +278,20 @@ def _kept_for_host_waits(program: "Program", function: Function, event: str, con
     """The event `function` records goes into an attribute of its object (`self.param_reduce_events.append(event)`,
     DeepSpeed ZeRO-3's reduce events), a method of that object's class is the reader, and every wait of the
     attribute's events the program makes is the host's (`self.param_reduce_events.popleft().synchronize()`: back-
-    pressure on the oldest). Nothing travels out of sight to that reader: a host wait orders the write only where it
-    runs, which the race query judges by position like any other ordering. (A reader in another class may still
+    pressure on the oldest), or nothing in the scan waits for them at all (vLLM's engram prefetch keeps `(out, done)`
+    in `self._buffers` and its `forward` takes the pair out by key: without its `wait_event(done)` no wait of the
+    container's events is left). Nothing travels out of sight to that reader: a host wait orders the write only where
+    it runs, which the race query judges by position like any other ordering. (A reader in another class may still
     be handed the event in ways the lint does not follow: vLLM's double-buffered copy events.)"""
     kept = [event_id(program, function, sync.receiver) for sync in function.facts.syncs
             if sync.kind == "store" and sync.arg == event and sync.receiver.startswith("self.")]
-    if event.startswith("self."):
-        kept.append(event_id(program, function, event))
+    own = event_id(program, function, event)
+    if own.startswith("self."):  # `self.done`, or an element of an attribute's container (event_id)
+        kept.append(own)
     for held in kept:
         attr, owner = held.split("@", 1)[0].split(".")[1], held.split("@", 1)[1]
         waiters = event_waiters(program, held)
-        if owner and waiters and all(w == HOST for w in waiters) and any(
+        if owner and all(w == HOST for w in waiters) and any(
                 program.attr_owner(program.functions[c].file.path, program.functions[c].owner, attr) == owner
                 for c in consumers if c in program.functions):
             return True
