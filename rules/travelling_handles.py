@@ -16,7 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Iterator
 
-from .facts import RETURNED, AsyncWork, FunctionFacts, Use
+from .facts import RETURNED, AsyncWork, FunctionFacts, Use, exclusive
+from .races import exits_before
 
 if TYPE_CHECKING:
     from .program import Function, Program
@@ -135,29 +136,41 @@ def travelling_touches(program: "Program") -> Iterator[TravellingTouch]:
 
 
 def _first_unwaited_touch(function: "Function", travel: Travel) -> tuple[Use, str, str] | None:
-    uses = sorted(function.facts.uses, key=lambda u: (u.line, u.column))
+    """The first touch of the buffer's field (or of a local bound from it) that no wait of the handle's field (or
+    of a local bound from it: `work = myreq.req; work.wait()`) precedes on a path to it: a wait on the other arm
+    of an if/else, or in a block that returns (raises, breaks) first, orders nothing for it (hazard_flow.py's rule
+    for SC105's own launches). A wait under a condition with no other arm counts, as it does there."""
+    facts = function.facts
+    uses = sorted(facts.uses, key=lambda u: (u.line, u.column))
     roots = {split_root(u.path)[0] for u in uses if split_root(u.path)[1] == travel.handle_field}
     if travel.on_self:
         roots &= {"self", "cls"}
     for root in sorted(roots):
         handle, buffer = f"{root}.{travel.handle_field}", f"{root}.{travel.buffer_field}"
-        names = {buffer}
+        names, handles = {buffer}, {handle}
         bound_at: dict[str, int] = {}
+        waits: list[int] = []  # lines of the waits seen so far
         for use in uses:
-            if use.path == handle and use.how == "wait":
-                break  # waited before any touch
+            if use.path in handles and use.how == "wait":
+                waits.append(use.line)
+                continue
+            if use.path in handles and bound_local(use):
+                handles.add(bound_local(use))  # `work = myreq.req`: waiting work waits the handle
+                continue
             if use.path in names and use.how in ("rebind", "free"):
                 if (use.start_line or use.line) <= bound_at.get(use.path, -1) <= use.line:
                     continue  # the binding that made it an alias
                 names.discard(use.path)  # a new buffer (or none) there; the names bound from it keep the old one
                 continue
             # (an element's field, through the loop over the container: `bucket.param_data`)
-            held = use.path in names or buffer in as_fields(function.facts, use.path)
+            held = use.path in names or buffer in as_fields(facts, use.path)
             alias = bound_local(use) if held else None
             if alias:
                 names.add(alias)  # `g = req.tensor`: g is the buffer too
                 bound_at[alias] = use.line
                 continue
-            if held and use.how in TOUCHES and use.arg not in MENTIONS:
+            if held and use.how in TOUCHES and use.arg not in MENTIONS and not any(
+                    not exclusive(facts, wait, use.line) and not exits_before(function, wait, use.line)
+                    for wait in waits):
                 return use, buffer, handle
     return None
