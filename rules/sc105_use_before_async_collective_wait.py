@@ -40,7 +40,8 @@ class UseBeforeAsyncCollectiveWait(Rule):
         backward). There, as for a launch in the function itself, a wait counts for a touch on a path to it: not
         one on the other arm of an if/else, nor one in a block that returns first; a wait under a condition with
         no other arm counts (`if isinstance(myreq.req, dist.Work): myreq.req.wait()`), and so does waiting a
-        local bound from the handle's field (`work = myreq.req; work.wait()`).
+        local bound from the handle's field (`work = myreq.req; work.wait()`); on the arm where the handle was
+        tested None (the `else` of `if myreq.req is not None: myreq.req.wait()`) nothing is in flight.
         Point-to-point launches are async without the flag: `dist.isend`, `dist.irecv` and
         `dist.batch_isend_irecv(ops)` with the tensors of the `P2POp`s that went into `ops` (a send's tensor is
         only read: only writing it counts). The tensor is also touched through what holds it at the launch:
@@ -94,9 +95,8 @@ class UseBeforeAsyncCollectiveWait(Rule):
         A travelling handle's object is matched by the pair of field names and the function's mention of the
         handle's field only (within the launch's file; its class, for `self.`), not by the object's type:
         another object of the file that carries the same two fields is taken for it, and a consumer in another
-        file is not checked. The condition of an `if` around a wait there is not read: a wait that runs only for
-        one type of handle covers every handle, and a touch on the `else` arm of `if obj.work is not None:
-        obj.work.wait()` is reported although no handle is in flight there.
+        file is not checked. Of the condition of an `if` around a wait there, only a test of the handle against
+        None (or its truth) is read: a wait that runs only for one type of handle covers every handle.
 
     Fix:
         Call `work.wait()` before the first use of the tensor (it makes the current stream wait for the

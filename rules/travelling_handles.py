@@ -5,7 +5,14 @@ An `async_op=True` collective's handle is often stored on an object beside the b
 later function (autograd's backward, an awaitable's `wait`) waits the handle through that object and then reads
 the buffer. The pair of attribute names (here `req` and `tensor`) is what travels: a function that reaches the
 buffer through an object's field and mentions the handle's field of the same object (it checks, clears or waits
-it) must wait it before the buffer is touched.
+it) must wait it before the buffer is touched, on a path to the touch (not on an if/else's other arm, not in a
+block that returns first); a local bound from the handle's field is the handle, and on the arm where the handle was
+tested None nothing is in flight.
+
+What is assumed: the object is recognised by the pair of field names alone, within the launch's file (within its
+class for `self.`): a consumer's object is not matched by its annotated type or parameter name, since torchrec
+reaches it both as a parameter (`myreq: Request[Tensor]`) and as `ctx.myreq` bound to a local, and a file that
+stores a handle and its buffer under the same two fields of different objects is rare.
 
 The extraction keeps, for each file, the uses of the fields its own launches store (`travelling_fields`,
 `held_through`); the query (`travelling_touches`) pairs them across the file's functions.
@@ -171,6 +178,12 @@ def _first_unwaited_touch(function: "Function", travel: Travel) -> tuple[Use, st
                 continue
             if held and use.how in TOUCHES and use.arg not in MENTIONS and not any(
                     not exclusive(facts, wait, use.line) and not exits_before(function, wait, use.line)
-                    for wait in waits):
+                    for wait in waits) and not _handle_absent(facts, handles, use.line):
                 return use, buffer, handle
     return None
+
+
+def _handle_absent(facts: FunctionFacts, handles: set[str], line: int) -> bool:
+    """Whether `line` lies in the arm of an if/else on which one of `handles` was tested None (`else:` of `if
+    myreq.req is not None: myreq.req.wait()`): no collective is in flight there."""
+    return any(path in handles and first <= line <= last for path, first, last in facts.none_arms)

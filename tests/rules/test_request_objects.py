@@ -144,3 +144,18 @@ def test_wait_through_a_local_bound_to_the_handle():
         ("SC105", "comm_ops.py", line_of(unwaited, "forward.decode(sharded_output_embeddings)"), "RAW",
          "myreq.tensor"),
     ]
+
+
+def test_arm_where_the_handle_is_none_has_nothing_in_flight():
+    # the `else` of a presence test of the handle: no collective is in flight there
+    tested = _variant("if myreq.req is not None:\n            myreq.req.wait()\n"
+                      "            grad_output = myreq.tensor\n"
+                      "        else:\n"
+                      "            grad_output = myreq.tensor.clone()",
+                      "myreq.req.wait()")
+    assert findings_of({"comm_ops.py": tested}, {"SC105"}) == []
+    # ... but an arm where another name was tested None still has the handle in flight
+    other = tested.replace("if myreq.req is not None:", "if a2ai.codecs is not None:")
+    assert _summary(findings_of({"comm_ops.py": other}, {"SC105"})) == [
+        ("SC105", "comm_ops.py", line_of(other, "grad_output = myreq.tensor.clone()"), "RAW", "myreq.tensor"),
+    ]
