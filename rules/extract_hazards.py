@@ -628,6 +628,10 @@ class HazardCollector:
             body = (node.body[0].lineno, node.body[-1].end_lineno or node.body[-1].lineno)
             other = (node.orelse[0].lineno, node.orelse[-1].end_lineno or node.orelse[-1].lineno)
             self.fn.branches.append(body + other)
+            tested, none_in_body = _presence_test(node.test)
+            path = self.access_path(tested) if tested is not None else None
+            if path:
+                self.fn.none_arms.append((path,) + (body if none_in_body else other))
             self.fn.choosing.extend(arm for arm, statements in ((body, node.body), (other, node.orelse))
                                     if _binds_a_name(statements, self.binds_memo))
 
@@ -782,3 +786,15 @@ def _statement_binds(statement: ast.stmt, memo: dict[int, bool]) -> bool:
         pending.extend(ast.iter_child_nodes(node))
     memo[id(statement)] = found
     return found
+
+
+def _presence_test(test: ast.expr) -> tuple[ast.expr | None, bool]:
+    """(X, whether X is None on the body) for `if X is None`, `if X is not None`, `if not X`, `if X`; else (None, _)."""
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.comparators[0], ast.Constant) \
+            and test.comparators[0].value is None and isinstance(test.ops[0], (ast.Is, ast.IsNot)):
+        return test.left, isinstance(test.ops[0], ast.Is)
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return test.operand, True
+    if isinstance(test, (ast.Name, ast.Attribute)):
+        return test, False
+    return None, False

@@ -224,6 +224,9 @@ class FunctionFacts:
     handed_works: list[AsyncWork] = field(default_factory=list)
     # (first, last) line of an `if` body and of its `else`: code in one never runs after code in the other.
     branches: list[tuple[int, int, int, int]] = field(default_factory=list)
+    # (path, first, last) of the arm of an if/else on which the path tested is None (`if h is not None:` ... the
+    # `else`; `if not h:` / `if h is None:` ... the body): a handle there is no handle in flight (SC105).
+    none_arms: list[tuple[str, int, int]] = field(default_factory=list)
     # (first, last) line of if/else arms that bind a local name (`stream = self.s1` / `stream = current`): the branch
     # chooses a value, and an ordering in one arm may belong to that choice (races.ways_through_branches).
     choosing: list[tuple[int, int]] = field(default_factory=list)
@@ -300,6 +303,7 @@ class FunctionFacts:
         kwargs["tensor_params"] = list(data.get("tensor_params", ()))
         kwargs["self_assigns"] = list(data.get("self_assigns", ()))
         kwargs["branches"] = [tuple(b) for b in data.get("branches", ())]
+        kwargs["none_arms"] = [tuple(b) for b in data.get("none_arms", ())]
         kwargs["choosing"] = [tuple(b) for b in data.get("choosing", ())]
         kwargs["stream_bindings"] = [tuple(b) for b in data.get("stream_bindings", ())]
         kwargs["exits"] = [tuple(b) for b in data.get("exits", ())]

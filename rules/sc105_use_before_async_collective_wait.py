@@ -37,7 +37,12 @@ class UseBeforeAsyncCollectiveWait(Rule):
         (`req.work = work; req.out = out`, or `self._work` beside `self._out`) travels with it: another function
         of the file (of the class, for `self.`) that mentions the handle's field and touches the buffer's field
         (or a name bound from it) before waiting the handle is reported too (torchrec's `Request` in autograd's
-        backward). Point-to-point launches are async without the flag: `dist.isend`, `dist.irecv` and
+        backward). There, as for a launch in the function itself, a wait counts for a touch on a path to it: not
+        one on the other arm of an if/else, nor one in a block that returns first; a wait under a condition with
+        no other arm counts (`if isinstance(myreq.req, dist.Work): myreq.req.wait()`), and so does waiting a
+        local bound from the handle's field (`work = myreq.req; work.wait()`); on the arm where the handle was
+        tested None (the `else` of `if myreq.req is not None: myreq.req.wait()`) nothing is in flight.
+        Point-to-point launches are async without the flag: `dist.isend`, `dist.irecv` and
         `dist.batch_isend_irecv(ops)` with the tensors of the `P2POp`s that went into `ops` (a send's tensor is
         only read: only writing it counts). The tensor is also touched through what holds it at the launch:
         the list it was appended to, the base it views, the container a loop variable iterates, and names
@@ -85,6 +90,13 @@ class UseBeforeAsyncCollectiveWait(Rule):
         work = dist.all_reduce(grad, async_op=True)
         grad.div_(world_size)         # races with the all-reduce
         work.wait()
+
+    Known problems:
+        A travelling handle's object is matched by the pair of field names and the function's mention of the
+        handle's field only (within the launch's file; its class, for `self.`), not by the object's type:
+        another object of the file that carries the same two fields is taken for it, and a consumer in another
+        file is not checked. Of the condition of an `if` around a wait there, only a test of the handle against
+        None (or its truth) is read: a wait that runs only for one type of handle covers every handle.
 
     Fix:
         Call `work.wait()` before the first use of the tensor (it makes the current stream wait for the
@@ -176,6 +188,26 @@ class AllToAll:
         grad = req.out
         req.out = None
         return grad.div_(2)
+""",
+        # ... waited through a local bound from the handle's field, on the one path that reads the buffer.
+        """
+import torch.distributed as dist
+
+class AllToAll:
+    def forward(ctx, req, out, inp, group):
+        work = dist.all_to_all_single(out, inp, group=group, async_op=True)
+        req.work = work
+        req.out = out
+        ctx.req = req
+
+    def backward(ctx, skip):
+        req = ctx.req
+        if skip:
+            req.work = None
+            return None
+        work = req.work
+        work.wait()
+        return req.out.div_(2)
 """,
         # Point-to-point: the receives of a batch are waited through the loop over its handles; reading a
         # tensor that is being sent is no race.
@@ -404,6 +436,27 @@ class AllToAll:
         grad = req.out
         req.out = None
         return grad.div_(2)  # expect: SC105
+""",
+        # ... waited on one arm of an if/else only: the other arm reads the buffer still in flight.
+        """
+import torch.distributed as dist
+
+class AllToAll:
+    def forward(ctx, req, out, inp, group):
+        work = dist.all_to_all_single(out, inp, group=group, async_op=True)
+        req.work = work
+        req.out = out
+        ctx.req = req
+
+    def backward(ctx, scale):
+        req = ctx.req
+        if scale:
+            req.work.wait()
+            grad = req.out.mul(scale)
+        else:
+            grad = req.out.clone()  # expect: SC105
+        req.out = None
+        return grad
 """,
         """
 import torch.distributed as dist

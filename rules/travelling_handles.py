@@ -5,7 +5,14 @@ An `async_op=True` collective's handle is often stored on an object beside the b
 later function (autograd's backward, an awaitable's `wait`) waits the handle through that object and then reads
 the buffer. The pair of attribute names (here `req` and `tensor`) is what travels: a function that reaches the
 buffer through an object's field and mentions the handle's field of the same object (it checks, clears or waits
-it) must wait it before the buffer is touched.
+it) must wait it before the buffer is touched, on a path to the touch (not on an if/else's other arm, not in a
+block that returns first); a local bound from the handle's field is the handle, and on the arm where the handle was
+tested None nothing is in flight.
+
+What is assumed: the object is recognised by the pair of field names alone, within the launch's file (within its
+class for `self.`): a consumer's object is not matched by its annotated type or parameter name, since torchrec
+reaches it both as a parameter (`myreq: Request[Tensor]`) and as `ctx.myreq` bound to a local, and a file that
+stores a handle and its buffer under the same two fields of different objects is rare.
 
 The extraction keeps, for each file, the uses of the fields its own launches store (`travelling_fields`,
 `held_through`); the query (`travelling_touches`) pairs them across the file's functions.
@@ -16,7 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Iterator
 
-from .facts import RETURNED, AsyncWork, FunctionFacts, Use
+from .facts import RETURNED, AsyncWork, FunctionFacts, Use, exclusive
+from .races import exits_before
 
 if TYPE_CHECKING:
     from .program import Function, Program
@@ -135,29 +143,47 @@ def travelling_touches(program: "Program") -> Iterator[TravellingTouch]:
 
 
 def _first_unwaited_touch(function: "Function", travel: Travel) -> tuple[Use, str, str] | None:
-    uses = sorted(function.facts.uses, key=lambda u: (u.line, u.column))
+    """The first touch of the buffer's field (or of a local bound from it) that no wait of the handle's field (or
+    of a local bound from it: `work = myreq.req; work.wait()`) precedes on a path to it: a wait on the other arm
+    of an if/else, or in a block that returns (raises, breaks) first, orders nothing for it (hazard_flow.py's rule
+    for SC105's own launches). A wait under a condition with no other arm counts, as it does there."""
+    facts = function.facts
+    uses = sorted(facts.uses, key=lambda u: (u.line, u.column))
     roots = {split_root(u.path)[0] for u in uses if split_root(u.path)[1] == travel.handle_field}
     if travel.on_self:
         roots &= {"self", "cls"}
     for root in sorted(roots):
         handle, buffer = f"{root}.{travel.handle_field}", f"{root}.{travel.buffer_field}"
-        names = {buffer}
+        names, handles = {buffer}, {handle}
         bound_at: dict[str, int] = {}
+        waits: list[int] = []  # lines of the waits seen so far
         for use in uses:
-            if use.path == handle and use.how == "wait":
-                break  # waited before any touch
+            if use.path in handles and use.how == "wait":
+                waits.append(use.line)
+                continue
+            if use.path in handles and bound_local(use):
+                handles.add(bound_local(use))  # `work = myreq.req`: waiting work waits the handle
+                continue
             if use.path in names and use.how in ("rebind", "free"):
                 if (use.start_line or use.line) <= bound_at.get(use.path, -1) <= use.line:
                     continue  # the binding that made it an alias
                 names.discard(use.path)  # a new buffer (or none) there; the names bound from it keep the old one
                 continue
             # (an element's field, through the loop over the container: `bucket.param_data`)
-            held = use.path in names or buffer in as_fields(function.facts, use.path)
+            held = use.path in names or buffer in as_fields(facts, use.path)
             alias = bound_local(use) if held else None
             if alias:
                 names.add(alias)  # `g = req.tensor`: g is the buffer too
                 bound_at[alias] = use.line
                 continue
-            if held and use.how in TOUCHES and use.arg not in MENTIONS:
+            if held and use.how in TOUCHES and use.arg not in MENTIONS and not any(
+                    not exclusive(facts, wait, use.line) and not exits_before(function, wait, use.line)
+                    for wait in waits) and not _handle_absent(facts, handles, use.line):
                 return use, buffer, handle
     return None
+
+
+def _handle_absent(facts: FunctionFacts, handles: set[str], line: int) -> bool:
+    """Whether `line` lies in the arm of an if/else on which one of `handles` was tested None (`else:` of `if
+    myreq.req is not None: myreq.req.wait()`): no collective is in flight there."""
+    return any(path in handles and first <= line <= last for path, first, last in facts.none_arms)
