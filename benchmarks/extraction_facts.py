@@ -4,9 +4,14 @@ it per kind of file in CPU seconds, or profile it.
     python benchmarks/extraction_facts.py dump FOLDER OUT.jsonl       # FileFacts.to_dict of each file, in path order
     python benchmarks/extraction_facts.py time FOLDER [--repeat N]     # CPU s: prefilter, detailed, plain (median)
     python benchmarks/extraction_facts.py profile FOLDER [--top N]     # cProfile, by tottime and by cumtime
+    python benchmarks/extraction_facts.py ab FOLDER BASE_RULES [--repeat N]   # CPU s: another checkout's rules/
+                                                                     # vs these, file by file in one process
 
 Two dumps of the same folder made before and after a change must be byte-identical (`cmp`). CPU time
-(time.process_time) is used since the machine may be shared; compare medians of alternating runs.
+(time.process_time) is used since the machine may be shared; compare medians of alternating runs. `ab` is the
+steadier comparison on a shared machine: it imports BASE_RULES (e.g. /work/main/rules) as a second package and
+extracts each file with both, in alternating order, so both see the same load (run to run spread ~1-2 %, against
+~15 % between separate runs).
 """
 
 from __future__ import annotations
@@ -91,11 +96,48 @@ def profile(folder: Path, top: int) -> None:
         pstats.Stats(profiler).sort_stats(key).print_stats(top)
 
 
+def ab(folder: Path, base_rules: Path, repeat: int) -> None:
+    import importlib
+    import shutil
+    import tempfile
+
+    scratch = Path(tempfile.mkdtemp(prefix="extraction-ab-"))
+    shutil.copytree(base_rules, scratch / "base_rules", ignore=shutil.ignore_patterns("__pycache__"))
+    sys.path.insert(0, str(scratch))  # (the rules import each other relatively: the copy is a package of its own)
+    base_extract = importlib.import_module("base_rules.extract").extract
+    base_options = importlib.import_module("base_rules.options").StaticOptions()
+    options = StaticOptions()
+    files = [(path, text, needs_detail(text, options)) for path, text in sources(folder)]
+    runs: dict[str, list[float]] = {"base": [], "new": []}
+    for round_ in range(repeat):
+        spent = {"base": 0.0, "new": 0.0}
+        for index, (path, text, detailed) in enumerate(files):
+            order = ("base", "new") if (round_ + index) % 2 else ("new", "base")
+            for which in order:
+                started = time.process_time()
+                try:
+                    if which == "base":
+                        base_extract(text, path, base_options, detailed)
+                    else:
+                        extract(text, path, options, detailed)
+                except Exception:  # (a parse failure: both fail alike)
+                    pass
+                spent[which] += time.process_time() - started
+        for key, value in spent.items():
+            runs[key].append(value)
+        print(f"  run {round_ + 1}: base {spent['base']:.3f}  new {spent['new']:.3f}  new/base "
+              f"{spent['new'] / spent['base']:.3f}", flush=True)
+    base, new = statistics.median(runs["base"]), statistics.median(runs["new"])
+    print(f"{folder}: {len(files)} files; extraction CPU s (median of {repeat}): base {base:.3f}, new {new:.3f}, "
+          f"new/base {new / base:.3f}")
+    shutil.rmtree(scratch, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=("dump", "time", "profile"))
+    parser.add_argument("command", choices=("dump", "time", "profile", "ab"))
     parser.add_argument("folder", type=Path)
-    parser.add_argument("out", type=Path, nargs="?")
+    parser.add_argument("out", type=Path, nargs="?", help="dump: the output file; ab: the base rules/ folder")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--top", type=int, default=40)
     args = parser.parse_args()
@@ -106,6 +148,8 @@ def main() -> None:
         dump(args.folder, args.out)
     elif args.command == "time":
         timings(args.folder, args.repeat)
+    elif args.command == "ab":
+        ab(args.folder, args.out, args.repeat)
     else:
         profile(args.folder, args.top)
 

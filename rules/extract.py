@@ -53,12 +53,20 @@ def extract(source: str, path: str, options: StaticOptions, detailed: bool) -> F
     try:
         # str.splitlines also breaks at form feeds and other separators the parser does not count, and lowered
         # source was parsed in place of this text: then a node's line number may not index these lines.
-        visitor.lines_as_parsed = not getattr(tree, "lowered", False) and not _OTHER_LINE_BREAKS.search(source)
+        visitor.lines_as_parsed = not getattr(tree, "lowered", False) and not _other_line_breaks(source)
         visitor.run(tree)
     finally:
         sys.setrecursionlimit(limit)
         visitor.release()
     return facts
+
+
+def _other_line_breaks(source: str) -> bool:
+    """Whether `source` holds a line break of _OTHER_LINE_BREAKS (ASCII text can only hold the first five: five
+    substring tests take a hundredth of the regex's time)."""
+    if source.isascii():
+        return "\f" in source or "\v" in source or "\x1c" in source or "\x1d" in source or "\x1e" in source
+    return _OTHER_LINE_BREAKS.search(source) is not None
 
 
 def _parse(source: str, path: str) -> ast.Module:
@@ -187,14 +195,28 @@ class _FactsVisitor(CallsAndAccesses, Bindings, RegionsAndBlocks, ast.NodeVisito
                 elif isinstance(value, ast.AST) and not isinstance(value, _LEAVES):
                     visit(value)
             return
+        if self.hazards is None:
+            for name, many in fields:
+                value = getattr(node, name, None)
+                if many:
+                    for item in value or ():
+                        if item is not None and item.__class__ is not ast.Constant:  # (None: `{**d}` in Dict.keys)
+                            visit(item)
+                elif value is not None and value.__class__ is not ast.Constant:
+                    visit(value)
+            return
+        # _visit_with_hazards inlined: one call less for each child (1.6 M nodes in vLLM 0.33.0's detailed files)
+        handlers, skip, methods = self._hazard_handlers, self._hazard_skip, self._methods
         for name, many in fields:
             value = getattr(node, name, None)
-            if many:
-                for item in value or ():
-                    if item is not None and item.__class__ is not ast.Constant:  # (None: `{**d}` in Dict.keys)
-                        visit(item)
-            elif value is not None and value.__class__ is not ast.Constant:
-                visit(value)
+            for item in (value or ()) if many else (value,):
+                kind = item.__class__
+                if item is None or kind is ast.Constant:  # (None: `{**d}` in Dict.keys, an absent field)
+                    continue
+                handler = handlers.get(kind)
+                if handler is not None and id(item) not in skip:
+                    handler(item)
+                (methods.get(kind) or self._method_of(kind))(self, item)
 
     # --- driving -----------------------------------------------------------------------------------------------
     def release(self) -> None:
@@ -353,7 +375,7 @@ class _PlainFactsVisitor(_FactsVisitor):
             fields = _child_fields(type(node))
         if fields is _ANY_FIELD:
             return _FactsVisitor.generic_visit(self, node)
-        visit = self.visit
+        methods = self._methods
         for name, many in fields:
             value = getattr(node, name, None)
             for item in (value or ()) if many else (value,):
@@ -369,7 +391,7 @@ class _PlainFactsVisitor(_FactsVisitor):
                         continue
                 elif item is None or kind is ast.Constant:  # (None: `{**d}` in Dict.keys, an absent field)
                     continue
-                visit(item)
+                (methods.get(kind) or self._method_of(kind))(self, item)  # (visit, inlined)
 
 
 _NAME, _ATTRIBUTE, _LOAD = ast.Name, ast.Attribute, ast.Load

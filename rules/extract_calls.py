@@ -34,15 +34,27 @@ class CallsAndAccesses(ast.NodeVisitor):
 
     def visit_Call(self, node: ast.Call) -> None:
         callee = dotted(node.func)
-        func_args = tuple(text for a in node.args if (text := _function_value(a)))
-        args = tuple(arg_text(a) for a in node.args) + tuple(
-            f"{k.arg}={arg_text(k.value)}" for k in node.keywords if k.arg)
-        if not any(a.partition("=")[2] if "=" in a else a for a in args):
-            args = ()
-        true_args = tuple(str(i) for i, a in enumerate(node.args) if _is_true(a)) + tuple(
-            k.arg for k in node.keywords if k.arg and _is_true(k.value))
-        self.fn.calls.append(
-            Call(node.lineno, node.col_offset + 1, callee, self.region, self.blocks[-1], func_args, args, true_args))
+        # (one loop over the arguments, not five generators: a call's facts are made for every call of every file)
+        func_args, args, true_args = [], [], []
+        some_path = False  # whether an argument is a path (else `args` is empty)
+        for i, a in enumerate(node.args):
+            if text := _function_value(a):
+                func_args.append(text)
+            text = arg_text(a)
+            some_path = some_path or bool(text)
+            args.append(text)
+            if a.__class__ is ast.Constant and a.value is True:
+                true_args.append(str(i))
+        for k in node.keywords:
+            if k.arg:
+                text = arg_text(k.value)
+                some_path = some_path or bool(text)
+                args.append(f"{k.arg}={text}")
+        for k in node.keywords:
+            if k.arg and k.value.__class__ is ast.Constant and k.value.value is True:
+                true_args.append(k.arg)
+        self.fn.calls.append(Call(node.lineno, node.col_offset + 1, callee, self.region, self.blocks[-1],
+                                  tuple(func_args), tuple(args) if some_path else (), tuple(true_args)))
         self._keep_line(node.lineno)
         if self.detailed:
             self._call_facts(node, callee)
@@ -244,10 +256,6 @@ def _function_value(node: ast.AST) -> str:
     if isinstance(node, (ast.Name, ast.Attribute)) and (text := dotted(node)) != "?":
         return text
     return ""
-
-
-def _is_true(node: ast.AST) -> bool:
-    return isinstance(node, ast.Constant) and node.value is True
 
 
 def _to_meta(node: ast.Call, method: str) -> bool:

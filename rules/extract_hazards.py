@@ -136,11 +136,12 @@ class HazardCollector:
         if how == "read" and id(node) in self.iterations:
             arg = "for"  # `for t in bufs`, `zip(bufs, ...)`: the container is iterated, its tensors not read
         index = index_of(node) if index is None else index
+        v = self.v  # (the visitor's state read directly, not through the `fn` property: a use per name mentioned)
         if at_end:  # a binding or free takes effect after its statement's expressions ran
             end = node.end_lineno or node.lineno, (node.end_col_offset or 0) + 1
-            self.fn.uses.append(Use(path, how, *end, self.v.region, self.v.blocks[-1], arg, line, column, index))
+            v.fn.uses.append(Use(path, how, *end, v.region, v.blocks[-1], arg, line, column, index))
         else:
-            self.fn.uses.append(Use(path, how, line, column, self.v.region, self.v.blocks[-1], arg, 0, 0, index))
+            v.fn.uses.append(Use(path, how, line, column, v.region, v.blocks[-1], arg, 0, 0, index))
 
     def _mark(self, expr: ast.AST) -> str | None:
         """The access path of `expr`, with the nodes that spell it marked as accounted for."""

@@ -93,6 +93,7 @@ def kept_facts(node: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str] | 
 
 _BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+_BODIES_OF: dict[type, tuple[str, ...]] = {}  # statement type -> those of _BODIES it has
 
 
 def own_statements(node: ast.FunctionDef | ast.AsyncFunctionDef):
@@ -102,8 +103,11 @@ def own_statements(node: ast.FunctionDef | ast.AsyncFunctionDef):
     while stack:
         current = stack.pop()
         yield current
-        for field in _BODIES:
-            for child in reversed(getattr(current, field, None) or ()):
+        fields = _BODIES_OF.get(current.__class__)
+        if fields is None:  # (a getattr that misses costs an exception: most statements have none of _BODIES)
+            fields = _BODIES_OF[current.__class__] = tuple(f for f in _BODIES if f in current._fields)
+        for field in fields:
+            for child in reversed(getattr(current, field) or ()):
                 if isinstance(child, (ast.ExceptHandler, ast.match_case)):
                     stack.extend(reversed([s for s in child.body if not isinstance(s, _SCOPES)]))
                 elif not isinstance(child, _SCOPES):
@@ -133,12 +137,15 @@ _WAIT_WORDS = ("wait", "synchronize", "query")  # every name of _WAITS holds one
 
 
 def _names_a_wait(lines: list[str]) -> bool:
-    return any(word in line for line in lines for word in _WAIT_WORDS)
+    for line in lines:  # (the words of _WAIT_WORDS, spelled out: no generator per statement)
+        if "wait" in line or "synchronize" in line or "query" in line:
+            return True
+    return False
 
 
 def _header_end(stmt: ast.stmt) -> int:
     """The last line of the statement's own text: all of a simple one, a compound one's up to its body."""
-    body = getattr(stmt, "body", None)
+    body = stmt.body if "body" in stmt._fields else None  # (a getattr that misses costs an exception)
     if body:
         return max(stmt.lineno, body[0].lineno - 1) if body[0].lineno > stmt.lineno else stmt.lineno
     return stmt.end_lineno or stmt.lineno

@@ -68,9 +68,15 @@ def index_of(expr: ast.AST) -> str:
     """The index text of `x[<index>]` when it picks one element by a constant or a simple expression of names
     (`buf[1 - cur]`, `self.bufs[i]`), or `a:b` for a slice with both bounds simple (`buf[0:N]`); "" for
     anything else (the whole path)."""
-    if not isinstance(expr, ast.Subscript):
+    if expr.__class__ is not ast.Subscript:  # (ast.parse makes exact types)
         return ""
     index = expr.slice
+    kind = index.__class__
+    if kind is ast.Name:  # the common indexes, spelled as ast.unparse spells them, without its cost
+        return index.id if len(index.id) <= 40 else ""
+    if kind is ast.Constant and index.value.__class__ is int:
+        text = repr(index.value)
+        return text if len(text) <= 40 else ""
     simple = all(isinstance(n, (ast.Constant, ast.Name, ast.Attribute, ast.BinOp, ast.UnaryOp, ast.operator,
                                 ast.unaryop, ast.Load, ast.Slice)) for n in ast.walk(index))
     if not simple:

@@ -88,14 +88,41 @@ def _names(options: StaticOptions) -> frozenset[str]:
 
 
 def _names_in(code: str, names: frozenset[str]) -> bool:
-    """Whether one of `names` is a whole identifier somewhere in `code` (`send` in `x.send(` but not in `sender`)."""
-    for name in names:
-        at = code.find(name)
-        while at >= 0:
-            end = at + len(name)
-            if not (at and _IDENTIFIER.match(code, at - 1)) and not _IDENTIFIER.match(code, end):
-                return True
-            at = code.find(name, at + 1)
+    """Whether one of `names` is a whole identifier somewhere in `code` (`send` in `x.send(` but not in `sender`).
+    A name that holds a shorter one (`isend`, `all_gather`) can only be in code that holds the shorter one: one
+    scan of the text per shortest name (11 of 32 by default), the longer names only where it was found."""
+    for core, holders in _cores(names):
+        if core in code and any(_name_in(code, name) for name in holders):
+            return True
+    return False
+
+
+_CORES: dict[frozenset[str], list[tuple[str, tuple[str, ...]]]] = {}
+
+
+def _cores(names: frozenset[str]) -> list[tuple[str, tuple[str, ...]]]:
+    """(a name that holds no other one, every name that holds it) for `names`, each name under one such core."""
+    found = _CORES.get(names)
+    if found is None:
+        cores = sorted(name for name in names if not any(other != name and other in name for other in names))
+        left = set(names)
+        found = []
+        for core in cores:
+            holders = tuple(sorted(name for name in left if core in name))
+            left -= set(holders)
+            found.append((core, holders))
+        _CORES[names] = found
+    return found
+
+
+def _name_in(code: str, name: str) -> bool:
+    """Whether `name` is a whole identifier somewhere in `code`."""
+    at = code.find(name)
+    while at >= 0:
+        end = at + len(name)
+        if not (at and _IDENTIFIER.match(code, at - 1)) and not _IDENTIFIER.match(code, end):
+            return True
+        at = code.find(name, at + 1)
     return False
 
 
