@@ -248,6 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     listed = committed(SITES_FILE)
     harmless = committed(HARMLESS_FILE) if HARMLESS_FILE.exists() else set()
     saved = outcomes_of_log(args.rescore) if args.rescore else {}
+    if args.rescore:
+        targets = [t for t in targets if t.name in saved]  # a saved run scores only the targets it ran
     totals = [0, 0, 0]
     shapes: list[tuple[str, str, int, bool, str]] = []  # (target, path, line, flagged, shape) of harmful sites
     for target in targets:
@@ -277,6 +279,12 @@ def print_shapes(shapes: list[tuple[str, str, int, bool, str]]) -> None:
         print("flagged, by finding: " + ", ".join(f"{shape} {n}" for shape, n in found.most_common()))
     if missed:
         print("missed, by triaged shape: " + ", ".join(f"{shape} {n}" for shape, n in missed.most_common()))
+    # A misses row for a site this run flags is stale: its why_missed no longer holds, and it hides the gain.
+    for name, path, line, hit, _ in shapes:
+        if hit and (name, path, line) in triaged:
+            print(f"stale misses row (flagged now): {name} {path}:{line}")
+        elif not hit and (name, path, line) not in triaged:
+            print(f"untriaged miss: {name} {path}:{line}")
 
 
 def missed_shapes() -> dict[tuple[str, str, int], str]:
