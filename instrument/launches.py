@@ -24,10 +24,13 @@ from typing import Any
 
 import torch
 
+from streamcheck.rules.extract_kernels import KernelWrites, writes_of_source
+
 from .dispatch import byte_range
 from .recorder import Recorder
 
 TRITON_HEURISTICS = "torch._inductor.runtime.triton_heuristics"
+TRITON_JIT = "triton.runtime.jit"
 _WRITTEN_PREFIXES = ("out_ptr", "in_out_ptr")
 
 
@@ -67,7 +70,8 @@ class LaunchHooks:
     def __init__(self, recorder: Recorder) -> None:
         self.recorder = recorder
         self._saved: list[tuple[Any, str, Any]] = []
-        self._finder: _PatchOnImport | None = None
+        self._finders: list[_PatchOnImport] = []
+        self._kernel_writes: dict[int, KernelWrites | None] = {}  # id(JITFunction) -> what its source stores
         self._capturing = threading.local()
 
     # ---- Triton -------------------------------------------------------------------------------------------------
@@ -114,6 +118,65 @@ class LaunchHooks:
         op = f"triton:{getattr(kernel.fn, '__name__', 'kernel')}"
         rec.emit_access(rec.thread_actor(), rec.stream_actor(device, stream), reads, writes, site, op, None, None)
 
+    def _patch_jit(self, module: Any) -> None:
+        jit_function = getattr(module, "JITFunction", None)
+        if jit_function is None or "run" not in vars(jit_function):
+            return
+        original = jit_function.run
+        hooks = self
+
+        def run(self, *args, **kwargs):
+            out = original(self, *args, **kwargs)
+            rec = hooks.recorder
+            if rec.active and not kwargs.get("warmup", False):
+                try:
+                    hooks._jit_launched(self, args, kwargs)
+                except Exception as exc:  # noqa: BLE001
+                    rec.fail(exc)
+            return out
+
+        self._saved.append((jit_function, "run", original))
+        jit_function.run = run
+
+    def writes_of(self, kernel: Any) -> KernelWrites | None:
+        """What a JITFunction stores through, read once from its source (None: no source to read)."""
+        key = id(kernel)
+        if key not in self._kernel_writes:
+            self._kernel_writes[key] = None  # (a kernel that calls itself)
+            names = getattr(getattr(kernel, "fn", None), "__globals__", {})
+
+            def helper(name: str) -> KernelWrites | None:
+                other = names.get(name)
+                return self.writes_of(other) if isinstance(other, type(kernel)) else None
+
+            source = getattr(kernel, "src", None)
+            self._kernel_writes[key] = writes_of_source(source, helper) if isinstance(source, str) else None
+        return self._kernel_writes[key]
+
+    def _jit_launched(self, kernel: Any, args: tuple, kwargs: dict) -> None:
+        found = self.writes_of(kernel)
+        names = list(getattr(kernel, "arg_names", None) or (found.params if found else ()))
+        written = found.written if found else set()
+        bound = list(zip(names, args)) + [(k, v) for k, v in kwargs.items() if k in names]
+        reads: list = []
+        writes: list = []
+        device = -1
+        for name, value in bound:
+            if not isinstance(value, torch.Tensor):
+                continue
+            on = device_of(value)
+            rng = byte_range(value)
+            if on < 0 or rng is None:
+                continue
+            device = on if device < 0 else device
+            (writes if name in written else reads).append(rng)
+        if device < 0:
+            return
+        rec = self.recorder
+        site = rec.sites.capture(3)
+        op = f"triton:{getattr(getattr(kernel, 'fn', None), '__name__', 'kernel')}"
+        rec.emit_access(rec.thread_actor(), rec.stream_actor(device), reads, writes, site, op, None, None)
+
     # ---- CUDA graphs ----------------------------------------------------------------------------------------------
     def _patch_graphs(self) -> None:
         graph_class = torch.cuda.CUDAGraph
@@ -155,18 +218,21 @@ class LaunchHooks:
 
     # ---- life cycle -----------------------------------------------------------------------------------------------
     def install(self) -> None:
-        if TRITON_HEURISTICS in sys.modules:
-            self._patch_triton(sys.modules[TRITON_HEURISTICS])
-        else:
-            self._finder = _PatchOnImport(TRITON_HEURISTICS, self._patch_triton)
-            sys.meta_path.insert(0, self._finder)
+        for name, patch in ((TRITON_HEURISTICS, self._patch_triton), (TRITON_JIT, self._patch_jit)):
+            if name in sys.modules:
+                patch(sys.modules[name])
+            else:
+                finder = _PatchOnImport(name, patch)
+                self._finders.append(finder)
+                sys.meta_path.insert(0, finder)
         if torch.cuda.is_available() and hasattr(torch.cuda, "CUDAGraph"):
             self._patch_graphs()
 
     def uninstall(self) -> None:
-        if self._finder is not None and self._finder in sys.meta_path:
-            sys.meta_path.remove(self._finder)
-        self._finder = None
+        for finder in self._finders:
+            if finder in sys.meta_path:
+                sys.meta_path.remove(finder)
+        self._finders = []
         self.recorder.capture_into(None)
         while self._saved:
             owner, name, original = self._saved.pop()

@@ -47,7 +47,8 @@ class SiteTable:
 
     def __init__(self, depth: int = 8, extra_internal: tuple[str, ...] = ()) -> None:
         self.depth = depth
-        internal = [d for d in (_package_dir("torch"), _package_dir("streamcheck")) if d]
+        # (triton's: a `kernel[grid](...)` launch is blamed on the line that wrote it, not on JITFunction's lambda)
+        internal = [d for d in (_package_dir("torch"), _package_dir("streamcheck"), _package_dir("triton")) if d]
         here = os.path.dirname(os.path.abspath(__file__)) + os.sep  # instrument/ when run from a source tree
         internal.append(here)
         internal.append(threading.__file__)  # a thread's bootstrap and run(): never the frame a user can act on

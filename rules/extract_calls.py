@@ -132,12 +132,18 @@ class CallsAndAccesses(ast.NodeVisitor):
     def _launched(self, node: ast.Call, line: int, col: int, callee: str) -> None:
         """`kernel[grid](x, out, n, ...)`: a Triton (or Numba) kernel launched on the current stream reads its tensor
         arguments: parameters annotated as tensors, locals this function wrote and locals taken out of an
-        attribute's container (`out, done = self._buffers[k]`; ints and strides are no tensors). Which of them it writes is the kernel's business, so only the reads are facts."""
+        attribute's container (`out, done = self._buffers[k]`; ints and strides are no tensors). A kernel of this
+        file also writes the arguments its body stores through (extract_kernels.py): any tensor path there."""
         tensors = self.tensor_params.get(id(self.fn), set()) | self.written_locals.get(id(self.fn), set()) | set(
             self.taken_from.get(id(self.fn), ()))  # (an element of an attribute's container: `_access` reads it so)
+        kernel = node.func.value if isinstance(node.func, ast.Subscript) else None
+        written = self.kernels[kernel.id].written_arguments(node) if isinstance(kernel, ast.Name) \
+            and kernel.id in self.kernels else []
         for arg in node.args:
-            if isinstance(arg, ast.Name) and arg.id in tensors:
+            if isinstance(arg, ast.Name) and arg.id in tensors and not any(arg is w for w in written):
                 self._access("read", arg, line, col, callee)
+        for arg in written:  # (an output is stored, not read: a read here would pair with the launch's own write)
+            self._access("write", arg, line, col, callee)
 
     def _handed_off(self, node: ast.Call, line: int, col: int, callee: str) -> None:
         """A local this function wrote, handed to other code (`self._module.compute(ctx, data)`): read by it on

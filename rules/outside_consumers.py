@@ -22,7 +22,7 @@ from .extract import ALIAS
 from .facts import NO_REGION, Access
 from .orderings import EVENT, orderings_of, recorded_streams, waits_for
 from .program import Function, Program
-from .races import Context, contexts, matching, ordered_after
+from .races import Context, contexts, exits_before, matching, ordered_after
 from .rule import handed_out_extra, insert_edit, location, way_of
 from .streams import CURRENT_STREAM, PARAM, UNKNOWN, as_code, display, handed_in, stream_words, writable
 
@@ -33,7 +33,8 @@ def writes_for_outside_consumers(program: Program, rule_id: str) -> Iterable[Fin
         if write.kind != "write" or write.op == ALIAS or write.region == NO_REGION \
                 or not from_outside(program, writer, write):
             continue
-        if next(matching(program, writer, write, "read"), None) is not None or launched_async(writer, write):
+        if any(_may_follow(writer, write, reader, read) for reader, read in matching(program, writer, write, "read")) \
+                or launched_async(writer, write):
             continue  # a reader in the scan (the main query pairs the two), or a handle that carries the edge
         for ctx in contexts(program, writer, write):
             if ctx.stream in (CURRENT_STREAM, UNKNOWN) or _ever_waited_for(program, ctx.stream, writer):
@@ -45,6 +46,13 @@ def writes_for_outside_consumers(program: Program, rule_id: str) -> Iterable[Fin
                 reported.add(key)
                 yield _finding(program, rule_id, writer, write, ctx)
             break
+
+
+def _may_follow(writer: Function, write: Access, reader: Function, read: Access) -> bool:
+    """Whether a read of the same tensor can come after the write: not one earlier in the writer, in a block that
+    returns before the write (vLLM's `if tokens < SMALL: _run_fused_small(...); return` ahead of the side-stream
+    path), which is a reader of the other way through the function, not of this write."""
+    return not (reader is writer and read.line < write.line and exits_before(writer, read.line, write.line))
 
 
 def _ever_waited_for(program: Program, stream: str, writer: Function) -> bool:

@@ -54,6 +54,8 @@ EXPECTED = {
                                       True),
     # Returned from a side stream to a caller on the current stream: recorded for it, right before the return.
     "returned_from_side_stream": ("        gpu.record_stream(torch.cuda.current_stream())", "return gpu", True),
+    # A Triton kernel's output read on the current stream: the current stream waits, before the read.
+    "triton_kernel_write": ("    torch.cuda.current_stream().wait_stream(side)", "total = out.sum()", True),
     # Inside the hook: the side stream waits for the hook's current stream before the `with`.
     "hook_waits_default_stream": ("        self.reduce.wait_stream(torch.cuda.current_stream())",
                                   "with torch.cuda.stream(self.reduce):", True),

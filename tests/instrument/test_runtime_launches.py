@@ -97,3 +97,76 @@ def test_captured_accesses_happen_at_each_replay_on_the_replay_stream(hooks, wai
     detector.kernel(thread(), "cuda:0/s9", reads=[(1, 0, 64)], op="side read")
     races = [(r.kind, r.earlier.actor, r.earlier.op, r.earlier.site) for r in detector.races]
     assert races == ([] if waited else [("RAW", "cuda:0/s4", "aten::add_ (CUDA graph replay)", 7)])
+
+
+class FakeJITFunction:
+    """triton.runtime.jit.JITFunction's launch surface: `kernel[grid](...)` runs `run(*args, grid=, warmup=)`."""
+
+    def __init__(self, source: str, globals_: dict | None = None):
+        self.src = source
+        self.arg_names = [a.strip().split(":")[0] for a in source[source.index("(") + 1:source.index(")")].split(",")]
+        self.fn = types.SimpleNamespace(__name__=source.split()[1].split("(")[0], __globals__=globals_ or {})
+        self.launched = 0
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.run(*args, grid=grid, warmup=False, **kwargs)
+
+    def run(self, *args, grid, warmup, **kwargs):
+        self.launched += 1
+
+
+STORE_HELPER = """def _store(ptr, value):
+    tl.store(ptr, value)
+"""
+
+SCALE = """def scale_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    _store(out_ptr + offs, tl.load(x_ptr + offs) * 2)
+"""
+
+
+@pytest.fixture
+def jit_hooks(monkeypatch):
+    fake = types.ModuleType(launches.TRITON_JIT)
+    fake.JITFunction = FakeJITFunction
+    monkeypatch.setitem(sys.modules, launches.TRITON_JIT, fake)
+    monkeypatch.setattr(launches, "device_of", lambda tensor: 0)
+    original_run = FakeJITFunction.run
+    rec = Recorder(Detector())
+    rec.current_raw_stream = lambda device: 6
+    hooks = LaunchHooks(rec)
+    hooks.install()
+    try:
+        yield hooks
+    finally:
+        hooks.uninstall()
+    assert FakeJITFunction.run is original_run
+
+
+def test_a_jit_kernel_writes_what_its_source_stores_through_on_the_current_stream(jit_hooks):
+    kernel = FakeJITFunction(SCALE, {"_store": FakeJITFunction(STORE_HELPER)})
+    x, out = torch.ones(4), torch.empty(4)
+    kernel[(1,)](x, out, 4, BLOCK=4)
+    assert kernel.launched == 1  # the program's kernel still runs
+    detector = jit_hooks.recorder.sink
+    detector.kernel(thread(), "cuda:0/s9", reads=[(base_of(out), 0, 16)], op="side read of the output")
+    detector.kernel(thread(), "cuda:0/s9", reads=[(base_of(x), 0, 16)], op="side read of the input")
+    assert [(r.kind, r.earlier.actor, r.earlier.op, r.later.op) for r in detector.races] == [
+        ("RAW", "cuda:0/s6", "triton:scale_kernel", "side read of the output")]
+
+
+def test_a_side_stream_overwriting_a_jit_kernels_input_races_with_its_read(jit_hooks):
+    kernel = FakeJITFunction(SCALE, {"_store": FakeJITFunction(STORE_HELPER)})
+    x, out = torch.ones(4), torch.empty(4)
+    kernel[(1,)](x, out, 4, BLOCK=4)
+    detector = jit_hooks.recorder.sink
+    detector.kernel(thread(), "cuda:0/s9", writes=[(base_of(x), 0, 16)], op="side overwrite")
+    assert [(r.kind, r.earlier.op) for r in detector.races] == [("WAR", "triton:scale_kernel")]
+
+
+def test_a_warmup_launch_is_no_kernel(jit_hooks):
+    kernel = FakeJITFunction(SCALE)
+    out = torch.empty(4)
+    kernel.run(torch.ones(4), out, 4, grid=(1,), warmup=True)
+    jit_hooks.recorder.sink.kernel(thread(), "cuda:0/s9", reads=[(base_of(out), 0, 16)], op="side read")
+    assert jit_hooks.recorder.sink.races == []

@@ -1,0 +1,153 @@
+"""Which arguments a Triton kernel defined in the file writes, read from its body (a hidden producer, issue 14).
+
+A launch `kernel[grid](x, out, n)` runs on the current stream and reads its tensor arguments; which of them it
+writes is in the kernel's body: `tl.store(out_ptr + offs, y)`, `tl.atomic_add(ptr, v)`, or a store through a
+block pointer or a tensor descriptor made from a parameter (`tl.make_block_ptr(base=out_ptr, ...)`,
+`desc.store(...)`). A pointer parameter reaches a store through pointer arithmetic (`out_ptr + row * stride`,
+`ptrs = base + offs[:, None]`, `out_ptr += pid * n`: the pointer is the left operand, as Triton code writes it)
+and through the pointer helpers (`tl.multiple_of`, `tl.advance`, `.to(...)`); a value loaded through a pointer
+(`idx = tl.load(ids_ptr + i)`) is data, not that pointer, and `tl.constexpr` parameters are never pointers. A
+kernel that hands a pointer to another kernel of the file (`_store_tile(out_ptr, ...)`, a `@triton.jit` helper)
+writes what that one stores.
+
+Only kernels of the scanned file are read: a kernel imported from another module is launched with reads only.
+The instrumenter reads a launched `JITFunction`'s source the same way (instrument/launches.py).
+"""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+from typing import Callable
+
+__all__ = ["KernelWrites", "kernel_writes", "writes_of_source"]
+
+# Stores and read-modify-writes of triton.language, by the position of their pointer argument (0).
+STORES = frozenset({"store", "atomic_add", "atomic_max", "atomic_min", "atomic_and", "atomic_or", "atomic_xor",
+                    "atomic_xchg", "atomic_cas"})
+# Calls whose result is the same pointer (moved, hinted or cast): their first argument (or `base=`) carries it.
+POINTER_HELPERS = frozenset({"make_block_ptr", "advance", "multiple_of", "max_contiguous", "max_constancy",
+                             "make_tensor_descriptor", "cast"})
+HELPER_ROUNDS = 4  # kernels calling kernels: how many rounds the stores of helpers are carried up
+
+
+class KernelWrites:
+    """A kernel's parameters in order and those its body stores through."""
+
+    def __init__(self, params: list[str], written: set[str]) -> None:
+        self.params = params
+        self.written = written
+
+    def written_arguments(self, call: ast.Call) -> list[ast.expr]:
+        """The launch's arguments bound to a parameter the kernel stores through."""
+        bound = [arg for position, arg in enumerate(call.args)
+                 if position < len(self.params) and self.params[position] in self.written]
+        return bound + [k.value for k in call.keywords if k.arg in self.written]
+
+
+def kernel_writes(tree: ast.Module) -> dict[str, KernelWrites]:
+    """name -> KernelWrites for every module-level `@triton.jit` (or `@jit`) function of the tree."""
+    kernels = {node.name: node for node in tree.body
+               if isinstance(node, ast.FunctionDef) and any(_is_jit(d) for d in node.decorator_list)}
+    found = {name: KernelWrites(_params(node), set()) for name, node in kernels.items()}
+    for _ in range(HELPER_ROUNDS):
+        changed = False
+        for name, node in kernels.items():
+            written = _stored_params(node, found)
+            if written != found[name].written:
+                found[name].written, changed = written, True
+        if not changed:
+            break
+    return found
+
+
+def writes_of_source(source: str, helper: Callable[[str], KernelWrites | None]) -> KernelWrites | None:
+    """The KernelWrites of the function whose source this is (a `JITFunction`'s `src`, which starts at its
+    `def`), the kernels it calls found by `helper(name)`; None when the source is no function."""
+    try:
+        tree = ast.parse(textwrap.dedent(source))
+    except SyntaxError:
+        return None
+    node = next((n for n in tree.body if isinstance(n, ast.FunctionDef)), None)
+    if node is None:
+        return None
+    called = {n.func.id for n in ast.walk(node) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    others = {name: found for name in sorted(called) if (found := helper(name)) is not None}
+    return KernelWrites(_params(node), _stored_params(node, others))
+
+
+def _is_jit(decorator: ast.expr) -> bool:
+    """`@triton.jit`, `@triton.jit(do_not_specialize=[...])`, `@jit` (imported from triton)."""
+    if isinstance(decorator, ast.Call):
+        decorator = decorator.func
+    if isinstance(decorator, ast.Attribute):
+        return decorator.attr == "jit" and isinstance(decorator.value, ast.Name) and decorator.value.id == "triton"
+    return isinstance(decorator, ast.Name) and decorator.id == "jit"
+
+
+def _params(node: ast.FunctionDef) -> list[str]:
+    args = node.args
+    return [a.arg for a in args.posonlyargs + args.args + args.kwonlyargs]
+
+
+def _pointer_candidates(node: ast.FunctionDef) -> set[str]:
+    """Parameters that can hold a pointer: not `tl.constexpr` (block sizes, flags)."""
+    args = node.args
+    return {a.arg for a in args.posonlyargs + args.args + args.kwonlyargs
+            if not (a.annotation is not None and _last(a.annotation) == "constexpr")}
+
+
+def _stored_params(kernel: ast.FunctionDef, others: dict[str, KernelWrites]) -> set[str]:
+    params = _pointer_candidates(kernel)
+    carried: dict[str, set[str]] = {}  # a local -> the parameters whose pointer it holds
+
+    def roots(expr: ast.AST | None) -> set[str]:
+        if isinstance(expr, ast.Name):
+            return {expr.id} if expr.id in params else set(carried.get(expr.id, ()))
+        if isinstance(expr, ast.BinOp) and isinstance(expr.op, (ast.Add, ast.Sub)):
+            return roots(expr.left)  # `out_ptr + row * stride + offs`: the pointer is written first, offsets after
+        if isinstance(expr, ast.Subscript):  # `ptrs[:, None]`
+            return roots(expr.value)
+        if isinstance(expr, ast.IfExp):
+            return roots(expr.body) | roots(expr.orelse)
+        if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr == "to":
+            return roots(expr.func.value)  # `ptr.to(tl.pointer_type(tl.float16))`
+        if isinstance(expr, ast.Call) and _last(expr.func) in POINTER_HELPERS:
+            base = next((k.value for k in expr.keywords if k.arg == "base"), expr.args[0] if expr.args else None)
+            return roots(base)
+        return set()  # a load, a constant, any other call: data, not a pointer
+
+    statements = [node for node in ast.walk(kernel) if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign))]
+    for _ in range(2):  # twice: a pointer moved at the end of a loop body is used at its top
+        for statement in statements:
+            value = statement.value
+            targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+            for target in targets:
+                if isinstance(target, ast.Name):
+                    carried.setdefault(target.id, set()).update(roots(value))
+                    if isinstance(statement, ast.AugAssign) and target.id in params:
+                        carried[target.id].add(target.id)
+    written: set[str] = set()
+    for node in ast.walk(kernel):
+        if not isinstance(node, ast.Call):
+            continue
+        last = _last(node.func)
+        if last in STORES:
+            pointer = node.args[0] if node.args else next(
+                (k.value for k in node.keywords if k.arg in ("pointer", "ptr")), None)
+            # `desc.store(offsets, value)`: the descriptor is the receiver
+            if isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name) \
+                    and node.func.value.id not in ("tl", "triton"):
+                pointer = node.func.value
+            written |= roots(pointer)
+        elif isinstance(node.func, ast.Name) and node.func.id in others:
+            helper = others[node.func.id]
+            for arg in helper.written_arguments(node):
+                written |= roots(arg)
+    return {name for name in written if name in params}
+
+
+def _last(func: ast.expr) -> str:
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return func.id if isinstance(func, ast.Name) else ""
