@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from streamcheck.rules.extract_kernels import KernelWrites, writes_of_source
+from streamcheck.triton_kernels import KernelWrites, writes_of_source
 
 from .dispatch import byte_range
 from .recorder import Recorder

@@ -23,7 +23,7 @@ from .extract_blocks import RegionsAndBlocks
 from .extract_calls import CallsAndAccesses
 from .extract_handle_flow import handle_flow_facts
 from .extract_keeps import kept_facts, own_statements
-from .extract_kernels import kernel_writes
+from streamcheck.triton_kernels import kernel_writes
 from .extract_names import METADATA_ATTRS, METADATA_METHODS, NOT_DATA_WRITES, VIEW_METHODS
 from .extract_paths import access_path, dotted, elements, split_index
 from .facts import MODULE_SCOPE, NO_REGION, ClassFacts, FileFacts, FunctionFacts, ParseFailure, module_name
@@ -143,7 +143,7 @@ class _FactsVisitor(CallsAndAccesses, Bindings, RegionsAndBlocks, ast.NodeVisito
         # ... annotated as nothing but a tensor (`torch.Tensor`, `torch.Tensor | None`; not `list | torch.Tensor`)
         self.only_tensor_params: dict[int, set[str]] = {}
         self.defined: set[str] = set()
-        self.kernels: dict = {}  # the file's Triton kernels by name -> what they store through (extract_kernels.py)
+        self.kernels: dict = {}  # the file's Triton kernels by name -> what they store through (triton_kernels.py)
         self.hazards = None
         if detailed:  # SC102-SC105 facts: every node is shown to the collector first (extract_hazards.py)
             from .extract_hazards import HazardCollector

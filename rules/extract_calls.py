@@ -133,7 +133,7 @@ class CallsAndAccesses(ast.NodeVisitor):
         """`kernel[grid](x, out, n, ...)`: a Triton (or Numba) kernel launched on the current stream reads its tensor
         arguments: parameters annotated as tensors, locals this function wrote and locals taken out of an
         attribute's container (`out, done = self._buffers[k]`; ints and strides are no tensors). A kernel of this
-        file also writes the arguments its body stores through (extract_kernels.py): any tensor path there."""
+        file also writes the arguments its body stores through (streamcheck/triton_kernels.py), any tensor path."""
         tensors = self.tensor_params.get(id(self.fn), set()) | self.written_locals.get(id(self.fn), set()) | set(
             self.taken_from.get(id(self.fn), ()))  # (an element of an attribute's container: `_access` reads it so)
         kernel = node.func.value if isinstance(node.func, ast.Subscript) else None

@@ -49,7 +49,7 @@ class CrossStreamConsumer(Rule):
         wait for the current stream first (a `work.wait()` / `fut.wait()` before the read, as in a DDP comm hook,
         counts: the gradient came through the collective). A collective writes its outputs (all-gather and
         reduce-scatter outputs, an all-reduce in place). A Triton kernel of the file (`kernel[grid](x, out, n)`) writes the arguments its
-        body stores through (`tl.store`, atomics, block pointers, tensor descriptors; extract_kernels.py) and reads
+        body stores through (`tl.store`, atomics, block pointers, tensor descriptors; streamcheck/triton_kernels.py) and reads
         the others. A tensor a function gets from outside (a parameter's
         path or a `self.` attribute) that nothing in the scan writes was made by code the scan does not hold,
         taken to run on the current stream: a side stream that reads it must have waited for the current stream

@@ -54,7 +54,7 @@ PAIRS = {
     # Read on a side stream, kept with that stream's event, taken out and returned with no wait for the event
     # (kept_with_events.taken_without_event_waits; DeepSpeed's forward stash); reported at the take
     "stash_without_event_wait": ("SC106", "WAR", "taken", "earlier"),
-    # A Triton kernel of the file writes the arguments its body stores through (extract_kernels.py)
+    # A Triton kernel of the file writes the arguments its body stores through (streamcheck/triton_kernels.py)
     "triton_kernel_write": ("SC101", "RAW", "earlier", "race"),
 }
 

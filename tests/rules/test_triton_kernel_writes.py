@@ -1,5 +1,5 @@
 """Hidden producers (issue 14): a Triton kernel of the scanned file writes the arguments its body stores through
-(rules/extract_kernels.py); a launch is no longer only a reader of its tensors."""
+(streamcheck/triton_kernels.py); a launch is no longer only a reader of its tensors."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import textwrap
 
 from static_helpers import findings_of, line_of
 
-from streamcheck.rules.extract_kernels import kernel_writes
+from streamcheck.triton_kernels import kernel_writes
 
 KERNELS = """
     import triton

@@ -1,4 +1,4 @@
-"""Which arguments a Triton kernel defined in the file writes, read from its body (a hidden producer, issue 14).
+"""Which arguments a Triton kernel writes, read from its body: the lint and the instrumenter share it (issue 14).
 
 A launch `kernel[grid](x, out, n)` runs on the current stream and reads its tensor arguments; which of them it
 writes is in the kernel's body: `tl.store(out_ptr + offs, y)`, `tl.atomic_add(ptr, v)`, or a store through a
