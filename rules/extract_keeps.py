@@ -237,17 +237,21 @@ class _Elements:
     def at(self, name: str, line: int) -> str:
         """The binding in force at `line`; before the first (a loop's wait of the element its previous pass took)
         the first element binding."""
-        bindings = sorted(self.bindings.get(name, ()), key=lambda b: b[0])  # (loops' bindings come first)
-        earlier = [container for at, container in bindings if at <= line]
-        if earlier:
-            return earlier[-1]
-        return next((container for _, container in bindings if container), "")
+        binding = self._binding_at(name, line)
+        return binding[1] if binding else ""
 
     def event_only_at(self, name: str, line: int) -> bool:
         """Whether the binding of `name` in force at `line` took nothing else out of its element."""
-        bindings = sorted(self.bindings.get(name, ()), key=lambda b: b[0])
-        earlier = [at for at, _ in bindings if at <= line] or [at for at, container in bindings if container][:1]
-        return bool(earlier) and (name, earlier[-1]) in self.event_only
+        binding = self._binding_at(name, line)
+        return binding is not None and (name, binding[0]) in self.event_only
+
+    def _binding_at(self, name: str, line: int) -> tuple[int, str] | None:
+        """(line, container) of the binding `at` and `event_only_at` read."""
+        bindings = sorted(self.bindings.get(name, ()), key=lambda b: b[0])  # (loops' bindings come first)
+        earlier = [binding for binding in bindings if binding[0] <= line]
+        if earlier:
+            return earlier[-1]
+        return next((binding for binding in bindings if binding[1]), None)
 
     def __contains__(self, name: str) -> bool:
         return name in self.bindings
