@@ -71,78 +71,50 @@ class LaunchHooks:
         self.recorder = recorder
         self._saved: list[tuple[Any, str, Any]] = []
         self._finders: list[_PatchOnImport] = []
-        self._kernel_writes: dict[int, KernelWrites | None] = {}  # id(JITFunction) -> what its source stores
+        self._kernel_writes: dict[int, tuple[Any, KernelWrites | None]] = {}  # id(JITFunction) -> it, its stores
         self._capturing = threading.local()
 
     # ---- Triton -------------------------------------------------------------------------------------------------
     def _patch_triton(self, module: Any) -> None:
-        autotuner = getattr(module, "CachingAutotuner", None)
-        if autotuner is None or "run" not in vars(autotuner):
-            return
-        original = autotuner.run
-        hooks = self
-
-        def run(self, *args, stream, **kwargs):
-            out = original(self, *args, stream=stream, **kwargs)
-            rec = hooks.recorder
-            if rec.active and not kwargs.get("benchmark_run", False):
-                try:
-                    hooks._launched(self, args, stream)
-                except Exception as exc:  # noqa: BLE001
-                    rec.fail(exc)
-            return out
-
-        self._saved.append((autotuner, "run", original))
-        autotuner.run = run
-
-    def _launched(self, kernel: Any, args: tuple, stream: int) -> None:
-        names = list((kernel.triton_meta or {}).get("signature", {}))
-        mutated = set(getattr(kernel, "mutated_arg_names", ()) or ())
-        reads: list = []
-        writes: list = []
-        device = -1
-        for position, value in enumerate(args):
-            if not isinstance(value, torch.Tensor):
-                continue
-            on = device_of(value)
-            rng = byte_range(value)
-            if on < 0 or rng is None:
-                continue
-            device = on if device < 0 else device
-            name = names[position] if position < len(names) else ""
-            (writes if name.startswith(_WRITTEN_PREFIXES) or name in mutated else reads).append(rng)
-        if device < 0:
-            return
-        rec = self.recorder
-        site = rec.sites.capture(3)
-        op = f"triton:{getattr(kernel.fn, '__name__', 'kernel')}"
-        rec.emit_access(rec.thread_actor(), rec.stream_actor(device, stream), reads, writes, site, op, None, None)
+        self._wrap_run(getattr(module, "CachingAutotuner", None), self._compiled_launched, "benchmark_run")
 
     def _patch_jit(self, module: Any) -> None:
-        jit_function = getattr(module, "JITFunction", None)
-        if jit_function is None or "run" not in vars(jit_function):
+        self._wrap_run(getattr(module, "JITFunction", None), self._jit_launched, "warmup")
+
+    def _wrap_run(self, owner: Any, launched: Any, skip_flag: str) -> None:
+        """Wrap `owner.run` so that each launch, after it is enqueued, is reported by `launched(kernel, args,
+        kwargs)`; a launch with `skip_flag` set (a benchmark or a warm-up: no kernel of the program) is not."""
+        if owner is None or "run" not in vars(owner):
             return
-        original = jit_function.run
+        original = owner.run
         hooks = self
 
         def run(self, *args, **kwargs):
             out = original(self, *args, **kwargs)
             rec = hooks.recorder
-            if rec.active and not kwargs.get("warmup", False):
+            if rec.active and not kwargs.get(skip_flag, False):
                 try:
-                    hooks._jit_launched(self, args, kwargs)
+                    launched(self, args, kwargs)
                 except Exception as exc:  # noqa: BLE001
                     rec.fail(exc)
             return out
 
-        self._saved.append((jit_function, "run", original))
-        jit_function.run = run
+        self._saved.append((owner, "run", original))
+        owner.run = run
+
+    def _compiled_launched(self, kernel: Any, args: tuple, kwargs: dict) -> None:
+        """Inductor's kernel: arguments named out_ptr* / in_out_ptr* or listed as mutated are written."""
+        names = list((kernel.triton_meta or {}).get("signature", {}))
+        mutated = set(getattr(kernel, "mutated_arg_names", ()) or ())
+        written = [name.startswith(_WRITTEN_PREFIXES) or name in mutated for name in names]
+        bound = [(position < len(written) and written[position], value) for position, value in enumerate(args)]
+        self._emit_launch(kernel, bound, kwargs["stream"])
 
     def writes_of(self, kernel: Any) -> KernelWrites | None:
         """What a JITFunction stores through, read once from its source (None: no source to read)."""
         key = id(kernel)
         if key not in self._kernel_writes:
-            self._kernel_writes[key] = None  # (a kernel that calls itself)
+            self._kernel_writes[key] = (kernel, None)  # (a kernel that calls itself; kept: its id stays its own)
             names = getattr(getattr(kernel, "fn", None), "__globals__", {})
 
             def helper(name: str) -> KernelWrites | None:
@@ -150,18 +122,25 @@ class LaunchHooks:
                 return self.writes_of(other) if isinstance(other, type(kernel)) else None
 
             source = getattr(kernel, "src", None)
-            self._kernel_writes[key] = writes_of_source(source, helper) if isinstance(source, str) else None
-        return self._kernel_writes[key]
+            self._kernel_writes[key] = (kernel, writes_of_source(source, helper) if isinstance(source, str) else None)
+        return self._kernel_writes[key][1]
 
     def _jit_launched(self, kernel: Any, args: tuple, kwargs: dict) -> None:
+        """The program's @triton.jit kernel, on the current stream: what its source stores through is written."""
         found = self.writes_of(kernel)
         names = list(getattr(kernel, "arg_names", None) or (found.params if found else ()))
         written = found.written if found else set()
-        bound = list(zip(names, args)) + [(k, v) for k, v in kwargs.items() if k in names]
+        bound = [(name in written, value) for name, value in zip(names, args)]
+        bound += [(name in written, value) for name, value in kwargs.items() if name in names]
+        self._emit_launch(kernel, bound, None)
+
+    def _emit_launch(self, kernel: Any, bound: list[tuple[bool, Any]], stream: int | None) -> None:
+        """One kernel on `stream` (None: the thread's current one) over its (written, argument) pairs: the device
+        tensors among them are its reads and writes."""
         reads: list = []
         writes: list = []
         device = -1
-        for name, value in bound:
+        for is_written, value in bound:
             if not isinstance(value, torch.Tensor):
                 continue
             on = device_of(value)
@@ -169,13 +148,13 @@ class LaunchHooks:
             if on < 0 or rng is None:
                 continue
             device = on if device < 0 else device
-            (writes if name in written else reads).append(rng)
+            (writes if is_written else reads).append(rng)
         if device < 0:
             return
         rec = self.recorder
-        site = rec.sites.capture(3)
+        site = rec.sites.capture(4)
         op = f"triton:{getattr(getattr(kernel, 'fn', None), '__name__', 'kernel')}"
-        rec.emit_access(rec.thread_actor(), rec.stream_actor(device), reads, writes, site, op, None, None)
+        rec.emit_access(rec.thread_actor(), rec.stream_actor(device, stream), reads, writes, site, op, None, None)
 
     # ---- CUDA graphs ----------------------------------------------------------------------------------------------
     def _patch_graphs(self) -> None:

@@ -39,21 +39,29 @@ class FakeAutotuner:
         self.launched += 1
 
 
-@pytest.fixture
-def hooks(monkeypatch):
-    fake = types.ModuleType(launches.TRITON_HEURISTICS)
-    fake.CachingAutotuner = FakeAutotuner
-    monkeypatch.setitem(sys.modules, launches.TRITON_HEURISTICS, fake)
+def installed_over(monkeypatch, module: str, name: str, fake_class, current_stream: int | None = None):
+    """LaunchHooks installed over a fake `module` holding `fake_class` as `name`; yields the hooks, then checks that
+    uninstalling gave the class its own `run` back."""
+    fake = types.ModuleType(module)
+    setattr(fake, name, fake_class)
+    monkeypatch.setitem(sys.modules, module, fake)
     monkeypatch.setattr(launches, "device_of", lambda tensor: 0)
-    original_run = FakeAutotuner.run
+    original_run = fake_class.run
     rec = Recorder(Detector())
+    if current_stream is not None:
+        rec.current_raw_stream = lambda device: current_stream
     hooks = LaunchHooks(rec)
     hooks.install()
     try:
         yield hooks
     finally:
         hooks.uninstall()
-    assert FakeAutotuner.run is original_run
+    assert fake_class.run is original_run
+
+
+@pytest.fixture
+def hooks(monkeypatch):
+    yield from installed_over(monkeypatch, launches.TRITON_HEURISTICS, "CachingAutotuner", FakeAutotuner)
 
 
 def test_a_compiled_kernel_writes_its_out_ptrs_and_mutated_args_and_reads_the_rest(hooks):
@@ -127,20 +135,7 @@ SCALE = """def scale_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 @pytest.fixture
 def jit_hooks(monkeypatch):
-    fake = types.ModuleType(launches.TRITON_JIT)
-    fake.JITFunction = FakeJITFunction
-    monkeypatch.setitem(sys.modules, launches.TRITON_JIT, fake)
-    monkeypatch.setattr(launches, "device_of", lambda tensor: 0)
-    original_run = FakeJITFunction.run
-    rec = Recorder(Detector())
-    rec.current_raw_stream = lambda device: 6
-    hooks = LaunchHooks(rec)
-    hooks.install()
-    try:
-        yield hooks
-    finally:
-        hooks.uninstall()
-    assert FakeJITFunction.run is original_run
+    yield from installed_over(monkeypatch, launches.TRITON_JIT, "JITFunction", FakeJITFunction, current_stream=6)
 
 
 def test_a_jit_kernel_writes_what_its_source_stores_through_on_the_current_stream(jit_hooks):
