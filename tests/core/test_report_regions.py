@@ -1,0 +1,98 @@
+"""Where a reported expression ends (streamcheck/report/regions.py) is read from the `def`/`class` around it, and
+that block gives the same answer as a parse of the whole file."""
+
+from __future__ import annotations
+
+import ast
+import os
+from pathlib import Path
+
+import pytest
+
+from streamcheck.findings import Location
+from streamcheck.report import regions
+
+PACKAGE = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def _fresh():
+    regions._expression_ends.cache_clear()
+    regions._lines.cache_clear()
+    yield
+    regions._expression_ends.cache_clear()
+    regions._lines.cache_clear()
+
+
+def _parsed_sizes(monkeypatch) -> list[int]:
+    """The length of every source regions.py hands to ast.parse from now on."""
+    sizes: list[int] = []
+    parse = ast.parse
+
+    def counting(source, *args, **kwargs):
+        sizes.append(len(source))
+        return parse(source, *args, **kwargs)
+
+    monkeypatch.setattr(ast, "parse", counting)
+    return sizes
+
+
+def test_every_expression_of_this_package_ends_where_the_whole_file_says():
+    checked = 0
+    for folder in ("streamcheck", "rules", "scanner", "instrument"):
+        for path in sorted((PACKAGE / folder).rglob("*.py")):
+            name, stamp = str(path), os.stat(path).st_mtime_ns
+            whole = regions._expression_ends(name, stamp)
+            assert whole is not None, name
+            for (line, column), end in whole.items():
+                assert regions._ends_around(name, stamp, line).get((line, column)) == end, (name, line, column)
+                checked += 1
+            regions._expression_ends.cache_clear()
+    assert checked > 50_000
+
+
+METHOD = '''import torch
+
+
+class Holder:
+    """A docstring."""
+
+    def fill(self, x, y):
+        x.copy_(
+            y)
+        return x
+''' + "\n".join(f"\n\ndef filler_{n}(a):\n    return a + {n}" for n in range(200)) + "\n"
+
+
+def test_a_method_is_parsed_alone(tmp_path, monkeypatch):
+    path = tmp_path / "m.py"
+    path.write_text(METHOD)
+    sizes = _parsed_sizes(monkeypatch)
+    assert regions.with_end(Location(str(path), 8, 9)) == Location(str(path), 8, 9, end_line=9, end_column=15)
+    assert len(sizes) == 1 and sizes[0] < 100 < len(METHOD)  # `if 1:` and the four lines of fill
+
+
+def test_a_string_that_leaves_the_block_makes_the_whole_file_parsed(tmp_path, monkeypatch):
+    # the docstring's text at column 0 ends the indented block early: it does not parse, the file is read whole
+    source = 'class Holder:\n    def fill(self, x, y):\n        """Copy.\n\nMore.\n"""\n        x.copy_(y)\n'
+    path = tmp_path / "m.py"
+    path.write_text(source)
+    sizes = _parsed_sizes(monkeypatch)
+    assert regions.with_end(Location(str(path), 7, 9)) == Location(str(path), 7, 9, end_line=7, end_column=19)
+    assert sizes[-1] == len(source)
+
+
+def test_a_location_after_the_block_is_read_from_the_whole_file(tmp_path, monkeypatch):
+    source = "def f():\n    pass\nx = (\n    y.copy_(z))\n"
+    path = tmp_path / "m.py"
+    path.write_text(source)
+    sizes = _parsed_sizes(monkeypatch)
+    assert regions.with_end(Location(str(path), 4, 5)) == Location(str(path), 4, 5, end_line=4, end_column=15)
+    assert sizes == [len(source)]
+
+
+def test_line_numbers_count_only_the_newlines_the_parser_counts(tmp_path):
+    # a form feed is a line separator for str.splitlines, not for the parser
+    path = tmp_path / "m.py"
+    path.write_bytes(b"import torch\n\x0c\ndef f(x, y):\n    z = 1 \x0c\n    x.copy_(y)\n")
+    assert regions.with_end(Location(str(path), 5, 5)) == Location(str(path), 5, 5, end_line=5, end_column=15)
