@@ -28,16 +28,27 @@ def is_hook_registrar(callee: str) -> bool:
 
 
 def _handed_over(program: "Program", registrar: Callable[[str], bool]) -> set[str]:
-    """The functions handed to calls whose callee `registrar` accepts (the function ids)."""
+    """The functions handed to calls whose callee `registrar` accepts (the function ids); `registrar` sees only
+    callees is_hook_registrar accepts."""
     found: set[str] = set()
-    for function in program.functions.values():
-        for call in function.facts.calls:
-            if not registrar(call.callee):
-                continue
-            for ref in call.func_args:  # the function handed over, resolved as if it were called here
-                as_call = replace(call, callee=ref, func_args=(), args=())
-                found.update(fid for fid, _ in program.resolve(function, as_call) if fid in program.functions)
+    for function, call in _registrar_calls(program):
+        if not registrar(call.callee):
+            continue
+        for ref in call.func_args:  # the function handed over, resolved as if it were called here
+            as_call = replace(call, callee=ref, func_args=(), args=())
+            found.update(fid for fid, _ in program.resolve(function, as_call) if fid in program.functions)
     return found
+
+
+def _registrar_calls(program: "Program") -> list:
+    """(function, call) for every call that registers a hook or a callback, in one pass over the program's calls
+    (vLLM 0.33.0: two passes with a split of every callee took 0.4 s of SC101's 2.5 s)."""
+
+    def find() -> list:
+        return [(function, call) for function in program.functions.values() for call in function.facts.calls
+                if ("hook" in call.callee or call.callee.endswith(QUEUE)) and is_hook_registrar(call.callee)]
+
+    return program.memo("hooks.registrar_calls", find)
 
 
 def hook_run_functions(program: "Program") -> frozenset[str]:
