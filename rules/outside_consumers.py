@@ -8,6 +8,8 @@ current stream must be made to wait for s before the function returns (in it, or
 or an event recorded on s after the write must go along with it. A stream that the current stream waits for
 anywhere in the program is taken as handed over that way (the consumer waits where the scan cannot follow): only
 side streams that nothing ever waits for are reported, so the finding is about a missing edge, not a hidden one.
+A stream the writer holds in a local (`kv_stream = aux_stream()`) is named by that local only: a wait in another
+file for a local of the same name counts only from the writer's callers or callees (code that runs after it).
 """
 
 from __future__ import annotations
@@ -70,7 +72,29 @@ def _ever_waited_for(program: Program, stream: str, writer: Function) -> bool:
         waited[key] = {function.id for function in program.functions.values() for o in orderings_of(program, function)
                        if o.waiter != stream and waits_for(program, o, stream)
                        and (not key[1] or function.file is writer.file or _names(program, o, stream))}
-    return bool(waited[key] - {writer.id})
+    found = waited[key] - {writer.id}
+    if stream in writer.facts.stream_aliases:
+        # `kv_stream = aux_stream()`: a local, which the writer's own name stands for. Another function that binds
+        # a local of that name and waits for it (vLLM's amd and nvidia twins of fused_qkvr_prep) orders this
+        # write only when it runs after it: a caller of the writer or a function the writer calls.
+        found = {fid for fid in found if program.functions[fid].file is writer.file
+                 or fid in _callers(program, writer.id) or program.reaches(writer.id, frozenset((fid,)))}
+    return bool(found)
+
+
+def _callers(program: Program, fid: str) -> frozenset[str]:
+    """Every function some chain of calls leads from to `fid`."""
+    def build() -> frozenset[str]:
+        found: set[str] = set()
+        stack = [fid]
+        while stack:
+            for caller, _call in program.call_sites.get(stack.pop(), ()):
+                if caller.id not in found:
+                    found.add(caller.id)
+                    stack.append(caller.id)
+        return frozenset(found)
+
+    return program.memo(("outside_consumers.callers", fid), build)
 
 
 def _names(program: Program, ordering, stream: str) -> bool:

@@ -273,3 +273,46 @@ def test_a_process_group_handed_to_torch_function_dispatch_is_no_input():
     findings = findings_of({"comm.py": COMM, "fsdp.py": REDUCE})
     assert [(f.rule, f.kind, f.primary.path, f.primary.line, f.extra["path"]) for f in findings] == [
         ("SC106", "WAR", "fsdp.py", line_of(REDUCE, "all_reduce(grad"), "grad")]
+
+
+# Two kernels' launchers that each take a shared side stream into a local of the same name (vLLM's amd and nvidia
+# fused_qkvr_prep, each `kv_stream = aux_stream()`); FILL makes the current stream wait for it or not.
+LAUNCHER = """
+    import torch
+    from helpers import aux_stream
+
+    def prepare(cache, qkv):
+        kv_stream = aux_stream()
+        kv_stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(kv_stream):
+            cache.copy_(qkv * 2)
+        WAIT
+        return cache
+"""
+WAITS = "torch.cuda.current_stream().wait_stream(kv_stream)"
+
+
+def _launcher(wait):
+    return LAUNCHER.replace("WAIT", WAITS if wait else "pass")
+
+
+def test_a_twin_in_another_file_waiting_for_a_local_of_the_same_name_is_no_wait_for_this_one():
+    racy = _launcher(wait=False)
+    found = [(f.rule, f.kind, f.primary.path, f.primary.line, f.extra["path"])
+             for f in findings_of({"amd/prep.py": racy, "nvidia/prep.py": _launcher(wait=True)}, select={"SC101"})]
+    assert found == [("SC101", "RAW", "amd/prep.py", line_of(racy, "cache.copy_"), "cache")]
+
+
+def test_a_caller_in_another_file_that_waits_for_the_stream_after_the_call_hands_it_over():
+    caller = """
+        import torch
+        from amd.prep import prepare
+        from helpers import aux_stream
+
+        def forward(cache, qkv):
+            out = prepare(cache, qkv)
+            kv_stream = aux_stream()
+            torch.cuda.current_stream().wait_stream(kv_stream)
+            return out
+    """
+    assert findings_of({"amd/prep.py": _launcher(wait=False), "model.py": caller}, select={"SC101"}) == []
