@@ -19,7 +19,7 @@ from streamcheck.findings import ROLE_READ, Finding
 
 from .aliasing import from_outside
 from .extract_names import NOT_TENSOR_WORDS
-from .facts import Access
+from .facts import NO_REGION, Access
 from .hazard_flow import HOST_WORDS
 from .orderings import COMM, WORK, orderings_of
 from .program import Function, Program
@@ -62,7 +62,9 @@ class OutsideRead(NamedTuple):
 def reads_of_outside_producers(program: Program, rule_id: str) -> Iterable[Finding]:
     by_region: dict[tuple, list[OutsideRead]] = {}
     for reader, read in program.all_accesses():
-        producer = _producer(program, reader, read) if read.kind == "read" else None
+        if read.kind != "read" or (read.region == NO_REGION and not program.region_chains(reader.id)):
+            continue  # (on no side stream: every context below would be the current stream's)
+        producer = _producer(program, reader, read)
         if producer is None:
             continue
         for ctx in contexts(program, reader, read):
