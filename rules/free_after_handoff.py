@@ -20,7 +20,7 @@ from typing import Iterable
 from streamcheck.findings import ROLE_READ, ROLE_STREAM_CONTEXT, ROLE_WRITE, Finding
 
 from .facts import NO_REGION, Access, exclusive
-from .orderings import orderings_of, waits_for
+from .orderings import orderings_in_program, orderings_of, waits_for
 from .program import CURRENT_STREAM, Function, Program
 from .aliasing import access_keys, held_containers
 from .races import contexts, matching
@@ -217,7 +217,7 @@ def _waits_for_current_later(program: Program, function: Function, stream: str, 
     comes after the read."""
     waiting = program.memo("free_after_handoff.waits_for_current", lambda: {})
     if stream not in waiting:
-        waiting[stream] = [(fn.id, o.line) for fn in program.functions.values() for o in orderings_of(program, fn)
+        waiting[stream] = [(fn.id, o.line) for fn, o in orderings_in_program(program)
                            if o.waiter == stream and waits_for(program, o, CURRENT_STREAM)]
     shared = stream.startswith(("self.", "cls."))  # one stream in the class's other methods; a local is not
     return any((fid != function.id and shared) or (fid == function.id and at > line) for fid, at in waiting[stream])

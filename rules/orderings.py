@@ -102,6 +102,15 @@ def orderings_of(program: "Program", function: "Function") -> list[Ordering]:
     return program.memo(("orderings", function.id), lambda: _orderings(program, function))
 
 
+def orderings_in_program(program: "Program") -> list[tuple["Function", Ordering]]:
+    """(function, ordering) of every ordering in the program, function by function in source order: the few
+    functions that order anything, found once (asking orderings_of of all 50 k functions of vLLM 0.33.0 for each
+    stream a rule asks about took 0.6 s)."""
+    return program.memo("orderings.in_program", lambda: [
+        (function, ordering) for function in program.functions.values() if function.facts.syncs
+        for ordering in orderings_of(program, function)])
+
+
 def _taken_from_a_container(function: "Function", text: str) -> bool:
     """A plain local bound only as an element of a container (a loop's variable: FunctionFacts.derived), not to a
     stream expression the function names."""

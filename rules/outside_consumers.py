@@ -22,7 +22,7 @@ from .aliasing import from_outside
 from .collectives import launched_async
 from .extract import ALIAS
 from .facts import NO_REGION, Access
-from .orderings import EVENT, orderings_of, recorded_streams, waits_for
+from .orderings import EVENT, orderings_in_program, recorded_streams, waits_for
 from .program import Function, Program
 from .races import Context, contexts, exits_before, matching, ordered_after
 from .rule import handed_out_extra, insert_edit, location, way_of
@@ -69,7 +69,7 @@ def _ever_waited_for(program: Program, stream: str, writer: Function) -> bool:
     # that returns early) is no wait for this one.
     key = (stream, "" if stream.startswith(PARAM) or handed_in(program, stream) else writer.file.path)
     if key not in waited:  # the functions that wait for it
-        waited[key] = {function.id for function in program.functions.values() for o in orderings_of(program, function)
+        waited[key] = {function.id for function, o in orderings_in_program(program)
                        if o.waiter != stream and waits_for(program, o, stream)
                        and (not key[1] or function.file is writer.file or _names(program, o, stream))}
     found = waited[key] - {writer.id}

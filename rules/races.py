@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Iterator
 from .aliasing import access_keys, object_of, same_element
 from .callgraph import Edge, Function
 from .facts import NO_REGION, Access, FunctionFacts, exclusive
-from .orderings import EVENT, Ordering, event_id, ordered_by, orderings_of, recording_stream, site_stream
+from .orderings import (EVENT, Ordering, event_id, ordered_by, orderings_in_program, orderings_of, recording_stream,
+                        site_stream)
 from .hooks import hook_run_functions
 from .streams import CURRENT_STREAM, EARLIER_HOOK_CALL, HOST, PARAM, UNKNOWN, display, stream_id
 from .summaries import call_orderings, call_records, event_waiters, translate
@@ -265,7 +266,7 @@ def _event_handed_off(program: "Program", function: Function, position: Position
     recorded = [sync.receiver for sync in function.facts.syncs if sync.kind == "record"
                 and (sync.line, sync.column) > position and recording_stream(program, function, sync) == stream]
     if recorded and program.memo("races.waits_on_events", lambda: any(
-            o.target.startswith(EVENT) for fn in program.functions.values() for o in orderings_of(program, fn))) \
+            o.target.startswith(EVENT) for _fn, o in orderings_in_program(program))) \
             and not all(_kept_for_host_waits(program, function, event, consumers) for event in recorded):
         return True
     # (a waiter the lint cannot name, `wait_reload_event(torch.cuda.current_stream())`'s argument, may be the reader)
