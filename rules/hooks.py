@@ -21,8 +21,14 @@ QUEUE = "queue_callback"  # `Variable._execution_engine.queue_callback(fn)`: fn 
 CALLBACK_REGISTRARS = frozenset({QUEUE, "saved_tensors_hooks", "register_multi_grad_hook"})
 
 
+# The registrars whose name lacks "hook": with that word, a substring test that turns away most calls unsplit.
+_NAMED_WITHOUT_HOOK = tuple(sorted(name for name in CALLBACK_REGISTRARS if "hook" not in name))
+
+
 def is_hook_registrar(callee: str) -> bool:
     """`param.register_hook`, `module.register_forward_pre_hook`, `register_grad_hook(param, fn)`, ..."""
+    if "hook" not in callee and not callee.endswith(_NAMED_WITHOUT_HOOK):
+        return False
     last = callee.rsplit(".", 1)[-1]
     return (last.startswith("register") and "hook" in last) or last in CALLBACK_REGISTRARS
 
@@ -46,7 +52,7 @@ def _registrar_calls(program: "Program") -> list:
 
     def find() -> list:
         return [(function, call) for function in program.functions.values() for call in function.facts.calls
-                if ("hook" in call.callee or call.callee.endswith(QUEUE)) and is_hook_registrar(call.callee)]
+                if is_hook_registrar(call.callee)]
 
     return program.memo("hooks.registrar_calls", find)
 

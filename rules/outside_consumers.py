@@ -78,23 +78,8 @@ def _ever_waited_for(program: Program, stream: str, writer: Function) -> bool:
         # a local of that name and waits for it (vLLM's amd and nvidia twins of fused_qkvr_prep) orders this
         # write only when it runs after it: a caller of the writer or a function the writer calls.
         found = {fid for fid in found if program.functions[fid].file is writer.file
-                 or fid in _callers(program, writer.id) or program.reaches(writer.id, frozenset((fid,)))}
+                 or fid in program.callers_reaching(writer.id) or program.reaches(writer.id, frozenset((fid,)))}
     return bool(found)
-
-
-def _callers(program: Program, fid: str) -> frozenset[str]:
-    """Every function some chain of calls leads from to `fid`."""
-    def build() -> frozenset[str]:
-        found: set[str] = set()
-        stack = [fid]
-        while stack:
-            for caller, _call in program.call_sites.get(stack.pop(), ()):
-                if caller.id not in found:
-                    found.add(caller.id)
-                    stack.append(caller.id)
-        return frozenset(found)
-
-    return program.memo(("outside_consumers.callers", fid), build)
 
 
 def _names(program: Program, ordering, stream: str) -> bool:

@@ -19,11 +19,11 @@ from streamcheck.findings import ROLE_READ, Finding
 
 from .aliasing import from_outside
 from .extract_names import NOT_TENSOR_WORDS
-from .facts import NO_REGION, Access
+from .facts import Access
 from .hazard_flow import HOST_WORDS
 from .orderings import COMM, WORK, orderings_of
 from .program import Function, Program
-from .races import Context, contexts, matching, ordered_before
+from .races import Context, contexts, matching, may_leave_the_current_stream, ordered_before
 from .rule import location, way_of
 from .streams import CURRENT_STREAM, UNKNOWN, as_code, display, stream_words
 from .torch_api import TORCH_CALLABLES
@@ -62,8 +62,8 @@ class OutsideRead(NamedTuple):
 def reads_of_outside_producers(program: Program, rule_id: str) -> Iterable[Finding]:
     by_region: dict[tuple, list[OutsideRead]] = {}
     for reader, read in program.all_accesses():
-        if read.kind != "read" or (read.region == NO_REGION and not program.region_chains(reader.id)):
-            continue  # (on no side stream: every context below would be the current stream's)
+        if read.kind != "read" or not may_leave_the_current_stream(program, reader, read):
+            continue  # (every context below would be the current stream's)
         producer = _producer(program, reader, read)
         if producer is None:
             continue

@@ -38,6 +38,7 @@ class Program(CallGraph):
     def __init__(self, files: list[FileFacts], options: StaticOptions) -> None:
         super().__init__(files, options)
         self._reach_memo: dict[str, frozenset[str]] = {}
+        self._callers_memo: dict[str, frozenset[str]] = {}
         self._memo: dict[str, Any] = {}
         self._accesses_in: dict[str, list[Access]] = {}
 
@@ -70,6 +71,21 @@ class Program(CallGraph):
         if reached is None:
             reached = self._reach_memo[fid] = frozenset(self._descendants(fid))
         return not reached.isdisjoint(targets)
+
+    def callers_reaching(self, fid: str) -> frozenset[str]:
+        """Every function some chain of calls leads from to `fid` (`fid` itself only through a cycle): `reaches`
+        the other way round."""
+        found = self._callers_memo.get(fid)
+        if found is None:
+            seen: set[str] = set()
+            stack = [fid]
+            while stack:
+                for caller, _call in self.call_sites.get(stack.pop(), ()):
+                    if caller.id not in seen:
+                        seen.add(caller.id)
+                        stack.append(caller.id)
+            found = self._callers_memo[fid] = frozenset(seen)
+        return found
 
     def _descendants(self, fid: str) -> set[str]:
         """Every function some chain of calls from `fid` reaches (`fid` itself only through a cycle)."""

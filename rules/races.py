@@ -71,6 +71,12 @@ def contexts(program: "Program", function: Function, access: Access) -> list[Con
     return found
 
 
+def may_leave_the_current_stream(program: "Program", function: Function, access: Access) -> bool:
+    """Whether `contexts` can give `access` a stream other than the current one: only a region around it, or a
+    region whose calls reach its function, does (asked first where working out the rest costs more)."""
+    return access.region != NO_REGION or bool(program.region_chains(function.id))
+
+
 def ordered_between(program: "Program", function: Function, after: Position, before: Position, earlier: str,
                     later: str, frame: str = CURRENT_STREAM) -> bool:
     """An ordering in `function` strictly between two positions (on any path) that makes work of stream

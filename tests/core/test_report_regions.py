@@ -5,6 +5,7 @@ tests/bench/test_region_ends.py)."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 
 import pytest
 
@@ -20,17 +21,20 @@ def _fresh():
     regions._lines.cache_clear()
 
 
-def _parsed_sizes(monkeypatch) -> list[int]:
-    """The length of every source regions.py hands to ast.parse from now on."""
+def _end_and_parses(tmp_path, monkeypatch, source: str, line: int, column: int) -> tuple[Location, list[int]]:
+    """with_end of (line, column) in a file of `source`, and the length of every source it handed to ast.parse."""
+    path = tmp_path / "m.py"
+    path.write_text(source)
     sizes: list[int] = []
     parse = ast.parse
 
-    def counting(source, *args, **kwargs):
-        sizes.append(len(source))
-        return parse(source, *args, **kwargs)
+    def counting(text, *args, **kwargs):
+        sizes.append(len(text))
+        return parse(text, *args, **kwargs)
 
     monkeypatch.setattr(ast, "parse", counting)
-    return sizes
+    end = regions.with_end(Location(str(path), line, column))
+    return dataclasses.replace(end, path="m.py"), sizes
 
 
 METHOD = '''import torch
@@ -47,29 +51,23 @@ class Holder:
 
 
 def test_a_method_is_parsed_alone(tmp_path, monkeypatch):
-    path = tmp_path / "m.py"
-    path.write_text(METHOD)
-    sizes = _parsed_sizes(monkeypatch)
-    assert regions.with_end(Location(str(path), 8, 9)) == Location(str(path), 8, 9, end_line=9, end_column=15)
+    end, sizes = _end_and_parses(tmp_path, monkeypatch, METHOD, 8, 9)
+    assert end == Location("m.py", 8, 9, end_line=9, end_column=15)
     assert len(sizes) == 1 and sizes[0] < 100 < len(METHOD)  # `if 1:` and the four lines of fill
 
 
 def test_a_string_that_leaves_the_block_makes_the_whole_file_parsed(tmp_path, monkeypatch):
     # the docstring's text at column 0 ends the indented block early: it does not parse, the file is read whole
     source = 'class Holder:\n    def fill(self, x, y):\n        """Copy.\n\nMore.\n"""\n        x.copy_(y)\n'
-    path = tmp_path / "m.py"
-    path.write_text(source)
-    sizes = _parsed_sizes(monkeypatch)
-    assert regions.with_end(Location(str(path), 7, 9)) == Location(str(path), 7, 9, end_line=7, end_column=19)
+    end, sizes = _end_and_parses(tmp_path, monkeypatch, source, 7, 9)
+    assert end == Location("m.py", 7, 9, end_line=7, end_column=19)
     assert sizes[-1] == len(source)
 
 
 def test_a_location_after_the_block_is_read_from_the_whole_file(tmp_path, monkeypatch):
     source = "def f():\n    pass\nx = (\n    y.copy_(z))\n"
-    path = tmp_path / "m.py"
-    path.write_text(source)
-    sizes = _parsed_sizes(monkeypatch)
-    assert regions.with_end(Location(str(path), 4, 5)) == Location(str(path), 4, 5, end_line=4, end_column=15)
+    end, sizes = _end_and_parses(tmp_path, monkeypatch, source, 4, 5)
+    assert end == Location("m.py", 4, 5, end_line=4, end_column=15)
     assert sizes == [len(source)]
 
 
