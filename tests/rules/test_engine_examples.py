@@ -56,6 +56,9 @@ PAIRS = {
     "stash_without_event_wait": ("SC106", "WAR", "taken", "earlier"),
     # A Triton kernel of the file writes the arguments its body stores through (streamcheck/triton_kernels.py)
     "triton_kernel_write": ("SC101", "RAW", "earlier", "race"),
+    # Symmetric memory filled on the device, then a host barrier lets the peers read it (cross_process.py); the
+    # runtime detector sees one process and does not model this pair: it is not among the GPU examples
+    "symmetric_memory_barrier": ("SC107", "RAW", "earlier", "race"),
 }
 
 
