@@ -29,8 +29,8 @@ from .options import StaticOptions
 WORDS = frozenset({"stream", "synchronize", "non_blocking", "async_op", "pin_memory", "wait_event"})
 # Names the engine compares whole (`matches_name`: a call's last part equals one of them): `Event`, and the
 # options' stream contexts, collectives and sync callables. `reduce` in `reduced_sum` is no collective.
-# (point-to-point launches: async unflagged; `rendezvous` maps memory into other processes: SC107)
-NAMES = frozenset({"Event", "isend", "irecv", "batch_isend_irecv", "rendezvous"})
+# (point-to-point launches: async unflagged; `rendezvous` and `reduce_tensor` hand memory to other processes: SC107)
+NAMES = frozenset({"Event", "isend", "irecv", "batch_isend_irecv", "rendezvous", "reduce_tensor"})
 
 # A comment or a string literal (without its prefix). Every alternative starts with `#` or a quote, which the
 # regex engine looks for fast, and the quoted bodies are unrolled loops (no backtracking): masking all of vLLM

@@ -1,4 +1,4 @@
-"""SC107: memory shared with other processes is written on the device, then a host barrier lets them read it early."""
+"""SC107: memory shared with other processes is written on the device, then handed over before the write is done."""
 
 from __future__ import annotations
 
@@ -6,21 +6,26 @@ from typing import Iterable
 
 from streamcheck.findings import ROLE_READ, ROLE_WRITE, Finding
 
-from .cross_process import BARRIERS, host_barriers, shared_tensors
+from .cross_process import hand_overs, may_hand_over, shared_tensors
 from .hazard_flow import host_blocked_between
 from .program import Program
 from .rule import Rule, insert_edit, location
 
 
-class BarrierBeforeSharedWritesFinish(Rule):
+class SharedMemoryHandedOverEarly(Rule):
     """
     What it does:
-        Finds a device write (`fill_`, `zero_`, `copy_`, any in-place op) into symmetric memory, a tensor handed
-        to `symm_mem.rendezvous(t, group)` in the function or, for a `self.` attribute, anywhere in its class,
-        followed in the same function by a host-side barrier (`dist.barrier(group=g)`, `tp_group.barrier()`,
-        `monitored_barrier`) with no synchronize in between: no device, stream or event `synchronize()`, no
-        blocking read, no call that does one. The symmetric-memory handle's own `handle.barrier()` is a kernel on
-        the current stream and orders the writes before it; it is not reported (cross_process.py).
+        Finds a device write (`fill_`, `zero_`, `copy_`, any in-place op) into memory other processes read, then
+        the step that lets them read it, in the same function, with no synchronize in between (no device, stream
+        or event `synchronize()`, no blocking read, no call that does one):
+        - symmetric memory, a tensor handed to `symm_mem.rendezvous(t, group)` in the function or, for a `self.`
+          attribute, anywhere in its class, followed by a host-side barrier (`dist.barrier(group=g)`,
+          `tp_group.barrier()`, `monitored_barrier`). The symmetric-memory handle's own `handle.barrier()` is a
+          kernel on the current stream and orders the writes before it; it is not reported;
+        - a CUDA IPC export, a tensor given to `reduce_tensor(t)`, followed by a `return` or `yield` of the
+          exporting function, which hands the export (or the news that the buffer is full) to the consumer.
+        A write later in a loop body reaches a hand-over earlier in it on the next turn (a buffer refilled and
+        yielded chunk by chunk). The models are in cross_process.py.
 
     Why it is bad:
         The write is only queued when the barrier runs. The barrier tells the peer processes that the buffer is
@@ -33,7 +38,9 @@ class BarrierBeforeSharedWritesFinish(Rule):
         The scan cannot tell a group's backend. `dist.barrier` over an NCCL group is itself enqueued after the
         current stream's work and blocks the host until it completed on every rank, so there the finding is a
         false alarm; a barrier written with `device_ids=` or over a `device_group` is taken as NCCL and not
-        reported. Writes made in a callee before the barrier are not seen.
+        reported. Writes made in a callee before the hand-over are not seen, nor exports of another tensor on the
+        same storage (`base.set_(slot.untyped_storage())`). A returning exporter whose caller synchronizes before
+        it sends the export on is reported all the same.
 
     Example:
         buf = symm_mem.empty(n, device="cuda")
@@ -42,12 +49,13 @@ class BarrierBeforeSharedWritesFinish(Rule):
         dist.barrier(group=cpu_group)    # peers go on and read buf through handle.buffer_ptrs
 
     Fix:
-        Wait for the device before the barrier: `torch.cuda.synchronize()` (or the current stream's
-        `synchronize()`) right before it.
+        Wait for the device before the hand-over: `torch.cuda.synchronize()` (or the current stream's
+        `synchronize()`) right before the barrier, the `return` or the `yield`.
     """
 
     id = "SC107"
-    summary = "symmetric memory written on the device, then a host barrier lets the peer processes read it early"
+    summary = ("memory other processes read (symmetric memory, a CUDA IPC export) written on the device, then "
+               "handed over (a host barrier, the export returned) before a synchronize")
 
     VALID = [
         # The device finished the fill before the peers are let go.
@@ -101,6 +109,25 @@ class Buffer:
         self.group.barrier()
         torch.cuda.synchronize()
 """,
+        # The exporter drains its copies before it yields the chunk (vLLM's packed IPC producer).
+        """
+import torch
+from torch.multiprocessing.reductions import reduce_tensor
+
+def produce(tensors, size):
+    buf = torch.empty(size, dtype=torch.uint8, device="cuda")
+    _, args = reduce_tensor(buf)
+    used = 0
+    for t in tensors:
+        if used + t.numel() > size:
+            torch.cuda.current_stream().synchronize()
+            yield args, used
+            used = 0
+        buf[used:used + t.numel()].copy_(t)
+        used += t.numel()
+    torch.cuda.current_stream().synchronize()
+    yield args, used
+""",
         # A tensor no one shares: a barrier after its write orders nothing anyone reads.
         """
 import torch.distributed as dist
@@ -152,12 +179,28 @@ class TwoShot:
             t.fill_(0)  # expect: SC107
         torch.distributed.barrier(group=group)
 """,
+        # A refilled IPC buffer yielded chunk by chunk: the copy of one turn reaches the next turn's yield.
+        """
+import torch
+from torch.multiprocessing.reductions import reduce_tensor
+
+def produce(tensors, size):
+    buf = torch.empty(size, dtype=torch.uint8, device="cuda")
+    _, args = reduce_tensor(buf)
+    used = 0
+    for t in tensors:
+        if used + t.numel() > size:
+            yield args, used
+            used = 0
+        buf[used:used + t.numel()].copy_(t)  # expect: SC107
+        used += t.numel()
+""",
     ]
 
     def check(self, program: Program) -> Iterable[Finding]:
         for function in program.functions.values():
             facts = function.facts
-            if not any(call.callee.rsplit(".", 1)[-1] in BARRIERS for call in facts.calls):
+            if not may_hand_over(facts):
                 continue
             shared = shared_tensors(program, function)
             writes = [access for access in facts.accesses
@@ -165,27 +208,39 @@ class TwoShot:
             if not writes:
                 continue
             reported: set[int] = set()
-            for barrier in host_barriers(program, function):
-                pending = [write for write in writes if write.line < barrier.line and write.line not in reported
-                           and not host_blocked_between(program, function, write.line, barrier.line, set())]
+            for hand_over in hand_overs(program, function):
+                pending = [write for write in writes if write.line not in reported
+                           and _reaches_unwaited(program, function, write.line, hand_over.line)]
                 if not pending:
                     continue
                 write = pending[0]
                 reported.update(w.line for w in pending)
                 yield Finding(
                     rule=self.id,
-                    message=(f"`{write.path}` is symmetric memory the peer processes read, written by `{write.op}` "
-                             f"on the device, and the barrier at line {barrier.line} lets them go on while the "
+                    message=(f"`{write.path}` is memory other processes read, written by `{write.op}` on the "
+                             f"device, and {hand_over.what} at line {hand_over.line} lets them read it while the "
                              f"write may still be queued: no synchronize in between"),
                     primary=location(function, write.line, write.column, ROLE_WRITE,
                                      f"device write in {facts.qualname}"),
-                    related=(location(function, barrier.line, barrier.column, ROLE_READ,
-                                      f"`{barrier.callee}(...)`: from here the other processes read it"),),
-                    fix=(f"Call `torch.cuda.synchronize()` before the barrier at line {barrier.line}, so the write "
-                         f"is done when the peers are let go."),
+                    related=(location(function, hand_over.line, hand_over.column, ROLE_READ,
+                                      f"{hand_over.what}: from here other processes read it"),),
+                    fix=(f"Call `torch.cuda.synchronize()` before line {hand_over.line}, so the write is done "
+                         f"when the other processes get the memory."),
                     kind="RAW",
                     symbol=facts.qualname,
                     extra={"path": write.path, "writer_stream": "current", "reader_stream": "other processes",
-                           "fix_edit": insert_edit(function, barrier.line, barrier.column, "torch.cuda.synchronize()",
-                                                   f"before the barrier at line {barrier.line}", safe=False)},
+                           "fix_edit": insert_edit(function, hand_over.line, hand_over.column,
+                                                   "torch.cuda.synchronize()", f"before line {hand_over.line}",
+                                                   safe=False)},
                 )
+
+
+def _reaches_unwaited(program: Program, function, write: int, hand_over: int) -> bool:
+    """Whether the write at line `write` can reach the hand-over with no host wait on the way: later in the
+    function, or earlier in a loop around both (the next turn), through the loop's end and start."""
+    if write < hand_over:
+        return not host_blocked_between(program, function, write, hand_over, set())
+    loops = [(first, last) for first, last in function.facts.loops if first <= hand_over and write <= last]
+    return any(not host_blocked_between(program, function, write, last + 1, set())
+               and not host_blocked_between(program, function, first - 1, hand_over, set())
+               for first, last in loops)
