@@ -23,6 +23,7 @@ from .extract_paths import index_of
 from .extract_handles import (BATCH_P2P, COALESCING_MANAGER, GROUP_SENDS, P2P_LAUNCHES, P2P_OP, P2P_SEND, coalesced,
                               group_launch, handed_on, loop_bindings, loop_sources, p2p_op_list, p2p_ops_in_display, p2p_ops_in_list,
                               p2p_sends, p2p_tensor, work_aliases)
+from .extract_closure_ops import ClosureOps
 from .extract_names import ESCAPING_METHODS
 from .extract_handle_objects import synthesize_handle_objects
 from .extract_pairs import EVENT_RECORD, EVENT_WAIT, PairFacts, positions, synthesize, taken_from
@@ -105,6 +106,7 @@ class HazardCollector:
         self.loop_vars: dict[int, dict[str, tuple[str, ...]]] = {}  # id(function facts) -> loop var -> iterated paths
         self.loop_links: dict[int, list[tuple[str, tuple[str, ...]]]] = {}  # every loop's (var, paths), in order
         self.p2p_made: dict[int, dict[str, list[str]]] = {}  # id(function facts) -> where P2POps went -> tensors
+        self.closure_ops = ClosureOps()  # P2POps nested functions put in their enclosing function's lists
         self.iterations: set[int] = set()  # id() of the expressions loops iterate: naming them reads no element
         self.pairs = PairFacts()  # tuples of a handle and its buffer, out and back (extract_pairs.py)
         self.true_defaults: dict[str, set[int]] = {}  # parameter name -> lines where it defaults to True
@@ -315,6 +317,8 @@ class HazardCollector:
             if path and dest:
                 self.p2p_made.setdefault(id(self.fn), {}).setdefault(dest, []).append(
                     (path, p2p_sends(node, self.dotted)))
+                self.closure_ops.note_op(self.fn, dest, path, p2p_sends(node, self.dotted), node.lineno,
+                                         self.v._owner)
             return False  # the constructor's arguments escape into it, as any constructor's
         if isinstance(func, ast.Attribute):
             self._mark(func)
@@ -327,6 +331,7 @@ class HazardCollector:
             if ops_path:
                 self._mark(ops)
                 tensors += p2p_ops_in_list(self.fn, ops_path, made)
+                tensors += [t for t in self.closure_ops.tensors_of(self.fn, ops_path) if t not in tensors]
         else:
             tensor = p2p_tensor(node, last)
             path = self._mark(tensor) if tensor is not None else None
@@ -396,6 +401,9 @@ class HazardCollector:
                     if isinstance(made, ast.Call):
                         self.bound_to[id(made)] = path
                 stored = positions(arg, self.access_path) if path else None
+                if path:  # (read for a closure's P2POps, extract_closure_ops.py)
+                    self.closure_ops.note_store(self.fn, path, [p for p in stored or (self.access_path(arg),) if p],
+                                                node.lineno)
                 if stored:  # `self._recv_act.append((works, tensors))`
                     self.pairs.out.setdefault(id(self.fn), []).append((path, stored))
                 elif path and isinstance(arg, ast.Call):  # `pairs.append(self._reduce_scatter_gradient(p))`
