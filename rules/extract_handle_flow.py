@@ -147,3 +147,11 @@ def _free_names(scope: ast.AST, names: set[str]) -> set[str]:
         elif isinstance(n, (ast.Nonlocal, ast.Global)):
             declared.update(name for name in n.names if name in names)
     return (loaded - bound) | declared
+
+
+def lists_from_calls(fn) -> set[str]:
+    """Locals bound to a call's result (`handles = self.isend_tensor_dict(...)`) that the function iterates or
+    waits: they may be the handles the callee launched and returned (returned_handles.py). Their uses are kept at
+    the end of the file (extract_hazards.py), so what the function does with them after the call is known."""
+    bound = {r[1] for r in fn.handle_flow if r[0] == "bind" and any(o[0] == "call" for o in r[2])}
+    return {u.path for u in fn.uses if u.path in bound and (u.how == "wait" or u.how == "read" and u.arg == "for")}

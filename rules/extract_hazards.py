@@ -24,6 +24,7 @@ from .extract_handles import (BATCH_P2P, COALESCING_MANAGER, GROUP_SENDS, P2P_LA
                               group_launch, handed_on, loop_bindings, loop_sources, p2p_op_list, p2p_ops_in_display, p2p_ops_in_list,
                               p2p_sends, p2p_tensor, work_aliases)
 from .extract_closure_ops import ClosureOps
+from .extract_handle_flow import lists_from_calls
 from .extract_names import ESCAPING_METHODS
 from .extract_handle_objects import synthesize_handle_objects
 from .extract_pairs import EVENT_RECORD, EVENT_WAIT, PairFacts, positions, synthesize, taken_from
@@ -715,6 +716,7 @@ class HazardCollector:
             interesting.update(held_through(fn, travelling))
             interesting.update(p for w in fn.async_works for p in w.tensors + (w.handle,) if p)
             interesting.update(u.path for u in fn.uses if u.region != NO_REGION)
+            interesting.update(lists_from_calls(fn))  # a callee's handles, maybe (returned_handles.py)
             # Released or held for a stream here: the function may run inside a caller's region (SC104).
             interesting.update(u.path for u in fn.uses if u.how in ("free", "record_stream")
                                or (u.how == "rebind" and u.arg == "None"))

@@ -53,8 +53,13 @@ class DroppedHandle:
     launch: Entry  # a receive whose handle the local may hold
 
 
+def flow_of(program: Program) -> "_Flow":
+    """The program's handle flow (memoized): what each function's locals may hold."""
+    return program.memo("handle_flow", lambda: _Flow(program))
+
+
 def dropped_handles(program: Program) -> Iterator[DroppedHandle]:
-    flow = program.memo("handle_flow", lambda: _Flow(program))
+    flow = flow_of(program)
     for function in program.functions.values():
         rows = function.facts.handle_flow
         if not any(r[0] == "bind" and any(o[0] == "take" and o[3] for o in r[2]) for r in rows):

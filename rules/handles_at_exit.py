@@ -27,6 +27,7 @@ from .extract_pairs import EVENT_RECORD
 from .facts import RETURNED, AsyncWork, exclusive
 from .program import Function, Program
 from .races import exits_before
+from .returned_handles import returned_works
 from .rule import location
 from .summaries import argument_for
 from .travelling_handles import MENTIONS
@@ -45,7 +46,9 @@ def left_in_flight(program: Program, waited_by_call) -> Iterator[LeftInFlight]:
     for function in program.functions.values():
         facts = function.facts
         end = facts.end_line
-        for work in facts.async_works:
+        # its own launches, and those of callees that return their handles to a list it binds (returned_handles.py)
+        for work in facts.async_works + returned_works(
+                program, function, lambda launcher, launched: _param_of(program, launcher, launched)):
             if work.op == EVENT_RECORD:
                 continue  # an event taken with its tensor: only a touch before its wait is reported (SC105)
             if not work.handle or "." in work.handle or work.handle.startswith("(") and not _looped(work.handle):
@@ -114,6 +117,24 @@ def _from_argument(program: Program, function: Function, work: AsyncWork) -> str
     """The first of the work's paths that holds parts of the caller's own tensors by way of a helper: a local bound
     from a call (`metadata, tensors = split(tensor_dict)`, `for t in tensors`) that hands back, at that position,
     what it took out of the parameter the function passes one of its own parameters (or `self.` paths) to."""
+    found = _argument_source(program, function, work)
+    return found[0] if found else None
+
+
+def _param_of(program: Program, function: Function, work: AsyncWork) -> str | None:
+    """The parameter of `function` (not self) that the work's tensor is, or is part of (directly or through a
+    helper, as in _from_argument)."""
+    params = set(function.facts.params) - {"self", "cls"}
+    for path in work.tensors + work.aliases:
+        if path.split(".", 1)[0] in params:
+            return path.split(".", 1)[0]
+    found = _argument_source(program, function, work)
+    root = found[1].split(".", 1)[0] if found else ""
+    return root if root in params else None
+
+
+def _argument_source(program: Program, function: Function, work: AsyncWork) -> tuple[str, str] | None:
+    """(the local, the function's own argument path it holds parts of) for _from_argument."""
     facts = function.facts
     params = set(facts.params) - {"self", "cls"}
     paths = set(work.tensors + work.aliases)
@@ -137,7 +158,7 @@ def _from_argument(program: Program, function: Function, work: AsyncWork) -> str
                 for param in _returned_parts(callee, position):
                     arg = argument_for(callee, call, param)
                     if arg and (arg.startswith("self.") or arg.split(".", 1)[0] in params):
-                        return local
+                        return local, arg
     return None
 
 
