@@ -19,7 +19,7 @@ def main() -> None:
         print("symmetric_memory_barrier/fixed.py needs CUDA devices and torchrun; nothing to do")
         return
     rank = int(os.environ["RANK"])
-    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]) % torch.cuda.device_count())  # one GPU: the ranks share it
     dist.init_process_group("cpu:gloo,cuda:nccl")
     cpu_group = dist.new_group(backend="gloo")
     world = dist.get_world_size()
