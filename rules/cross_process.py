@@ -107,7 +107,8 @@ def hand_overs(program: Program, function: Function) -> list[HandOver]:
     found = [HandOver(call.line, call.column, f"`{call.callee}(...)`")
              for call in _host_barriers(program, function)]
     if any(_last(call.callee) == EXPORT for call in function.facts.calls):
-        found += [HandOver(line, 1, "the export handed out here") for line in function.facts.hand_back_lines]
+        found += [HandOver(line, column, "the return or yield that hands the export out")
+                  for line, column in function.facts.hand_backs]
     return sorted(found, key=lambda h: (h.line, h.column))
 
 

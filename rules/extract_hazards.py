@@ -553,7 +553,7 @@ class HazardCollector:
     def _escape(self, node: ast.Return | ast.Yield | ast.YieldFrom) -> None:
         if node.value is None:
             return
-        self.fn.hand_back_lines.append(node.lineno)
+        self.fn.hand_backs.append((node.lineno, node.col_offset + 1))
         returned = positions(node.value, self.access_path) if isinstance(node, ast.Return) else None
         value = node.value
         if isinstance(node, ast.Return) and isinstance(value, ast.Call) and len(value.args) >= 2 \

@@ -272,9 +272,9 @@ class FunctionFacts:
     # one name per return, empty when any return gives something else (call_values.py reads a call of it as a
     # read of that attribute of the receiver).
     hands_back: list[str] = field(default_factory=list)
-    # The line of every `return <value>` and `yield <value>`: where the caller gets what the function made (an
-    # exported IPC buffer goes out to another process from there: cross_process.py).
-    hand_back_lines: list[int] = field(default_factory=list)
+    # (line, column) of every `return <value>` and `yield <value>` statement: where the caller gets what the function
+    # made (an exported IPC buffer goes out to another process from there: cross_process.py).
+    hand_backs: list[tuple[int, int]] = field(default_factory=list)
     # (how, container, element, others, line, column): containers keeping tensors with an event, the drops of
     # their elements and the waits on those events (extract_keeps.py, kept_with_events.py).
     kept_events: list[tuple[str, str, str, str, int, int]] = field(default_factory=list)
@@ -323,7 +323,7 @@ class FunctionFacts:
         kwargs["keeps"] = [tuple(t) for t in data.get("keeps", ())]
         kwargs["hands_out"] = list(data.get("hands_out", ()))
         kwargs["hands_back"] = list(data.get("hands_back", ()))
-        kwargs["hand_back_lines"] = list(data.get("hand_back_lines", ()))
+        kwargs["hand_backs"] = [tuple(t) for t in data.get("hand_backs", ())]
         kwargs["kept_events"] = [tuple(t) for t in data.get("kept_events", ())]
         kwargs["handle_flow"] = [list(t) for t in data.get("handle_flow", ())]
         for key, kind in cls._parts.items():

@@ -24,6 +24,7 @@ EXPECTED = {
     "pinned_overwrite_h2d": ("    torch.cuda.current_stream().synchronize()", "h.fill_(7.0)", False),
     # The device is waited for before the host barrier that lets the peer processes read (unsafe: blocks).
     "symmetric_memory_barrier": ("    torch.cuda.synchronize()", "dist.barrier(group=cpu_group)", False),
+    "ipc_export_handed_early": ("    torch.cuda.synchronize()", "return rebuild, args", False),
     "hpz_race": ("        self.allgather_stream.wait_stream(torch.cuda.current_stream())",
                  "with torch.cuda.stream(self.allgather_stream):", True),
     "future_wait_side": ("        future.wait()", "total = t.sum()", True),
@@ -125,7 +126,8 @@ def test_fix_makes_each_racy_example_scan_clean(copy_of, capsys, example):
     assert racy.read_text(encoding="utf-8").splitlines() == after
 
 
-@pytest.mark.parametrize("example", ["host_read_after_d2h", "pinned_overwrite_h2d", "symmetric_memory_barrier"])
+@pytest.mark.parametrize("example", ["host_read_after_d2h", "pinned_overwrite_h2d", "symmetric_memory_barrier",
+                                     "ipc_export_handed_early"])
 def test_host_synchronize_fixes_need_unsafe_fixes(copy_of, capsys, example):
     folder = copy_of(example)
     original = (folder / "racy.py").read_bytes()

@@ -59,6 +59,8 @@ PAIRS = {
     # Symmetric memory filled on the device, then a host barrier lets the peers read it (cross_process.py); the
     # runtime detector sees one process and does not model this pair: it is not among the GPU examples
     "symmetric_memory_barrier": ("SC107", "RAW", "earlier", "race"),
+    # A CUDA IPC export returned to the process that maps it while the fill is queued (cross_process.py)
+    "ipc_export_handed_early": ("SC107", "RAW", "earlier", "race"),
 }
 
 

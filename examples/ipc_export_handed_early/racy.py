@@ -1,0 +1,49 @@
+"""A CUDA IPC export handed out before the device filled it, racy: the producer exports a buffer once with
+`reduce_tensor` (torch records the export's event *then*), fills it on the device behind busy kernels, and returns
+the export for a consumer process to map and read. Nothing orders the consumer's read after the fill: it sees the
+zeros the buffer held (vLLM's packed IPC weight producer drains its copies before each yield for this reason).
+
+Run on one GPU:  python examples/ipc_export_handed_early/racy.py   (the fixed twin is fixed.py)
+"""
+
+import torch
+import torch.multiprocessing as mp
+from torch.multiprocessing.reductions import reduce_tensor
+
+N = 1 << 24
+
+
+def consume(exports, counts) -> None:
+    rebuild, args = exports.get()
+    seen = rebuild(*args)
+    counts.put(int((seen == 1.0).sum().item()))
+    exports.get()  # the producer is done with the buffer: it may be freed
+
+
+def produce(buf: torch.Tensor):
+    rebuild, args = reduce_tensor(buf)
+    busy = torch.randn(4096, 4096, device="cuda")
+    for _ in range(16):
+        busy = torch.tanh(busy @ busy)  # keeps the stream busy: the fill below runs late
+    buf.fill_(1.0)  # streamcheck: earlier
+    return rebuild, args  # streamcheck: race (the consumer maps and reads it while the fill may still be queued)
+
+
+def main() -> None:
+    if not torch.cuda.is_available():
+        print("ipc_export_handed_early/racy.py needs a CUDA device; nothing to do")
+        return
+    spawn = mp.get_context("spawn")
+    exports, counts = spawn.Queue(), spawn.Queue()
+    consumer = spawn.Process(target=consume, args=(exports, counts))
+    consumer.start()
+    buf = torch.zeros(N, device="cuda")
+    torch.cuda.synchronize()
+    exports.put(produce(buf))
+    print(f"racy: the consumer saw {counts.get()} of {N} ones")
+    exports.put(None)
+    consumer.join()
+
+
+if __name__ == "__main__":
+    main()
