@@ -23,7 +23,7 @@ def consume(exports, counts) -> None:
 def produce(buf: torch.Tensor):
     rebuild, args = reduce_tensor(buf)
     busy = torch.randn(4096, 4096, device="cuda")
-    for _ in range(16):
+    for _ in range(400):
         busy = torch.tanh(busy @ busy)  # keeps the stream busy: the fill below runs late
     buf.fill_(1.0)  # streamcheck: earlier
     return rebuild, args  # streamcheck: race (the consumer maps and reads it while the fill may still be queued)
