@@ -13,6 +13,8 @@ N = 1 << 24
 
 
 def consume(exports, counts) -> None:
+    torch.zeros(1, device="cuda").item()  # the CUDA context exists before the export comes
+    counts.put("ready")
     rebuild, args = exports.get()
     seen = rebuild(*args)
     counts.put(int((seen == 1.0).sum().item()))
@@ -39,6 +41,7 @@ def main() -> None:
     consumer.start()
     buf = torch.zeros(N, device="cuda")
     torch.cuda.synchronize()
+    counts.get()  # the consumer is ready to read at once
     exports.put(produce(buf))
     print(f"fixed: the consumer saw {counts.get()} of {N} ones")
     exports.put(None)
