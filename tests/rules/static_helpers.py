@@ -25,6 +25,11 @@ def program_of(sources: dict[str, str], options: StaticOptions | None = None) ->
     return Program(facts_of(sources, options), options)
 
 
+def summary_of(findings) -> list[tuple[str, str, int, str]]:
+    """(rule, path, line, kind) of each finding: what most tests assert exactly."""
+    return [(f.rule, f.primary.path, f.primary.line, f.kind) for f in findings]
+
+
 def line_of(source: str, text: str) -> int:
     """1-based line of the only line of (dedented) `source` containing `text`."""
     lines = [n for n, line in enumerate(textwrap.dedent(source).splitlines(), 1) if text in line]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import textwrap
 
-from static_helpers import findings_of, line_of
+from static_helpers import findings_of, line_of, summary_of
 
 # vllm/v1/worker/gpu/async_utils.py:139: AsyncOutput gets the runner's output copy stream as a parameter. Two
 # other classes own a `self.copy_stream` and wait it outside a region; those waits order their own streams, not
@@ -78,14 +78,10 @@ def _variant(source: str, wait: str) -> str:
     return textwrap.dedent(source).replace("WAIT", wait)
 
 
-def _summary(findings):
-    return [(f.rule, f.primary.path, f.primary.line, f.kind) for f in findings]
-
-
 def test_parameter_stream_is_not_waited_by_another_classes_stream_of_its_name():
     racy = _variant(ASYNC_OUTPUT, "pass")
     findings = findings_of({"async_utils.py": racy}, {"SC101"})
-    assert _summary(findings) == [
+    assert summary_of(findings) == [
         ("SC101", "async_utils.py", line_of(racy, "self.num_sampled_np = async_copy_to_np"), "RAW")]
     assert "num_sampled_tokens" in findings[0].message
 
@@ -99,7 +95,7 @@ def test_helper_result_made_on_the_current_stream_is_written_at_the_call():
     racy = _variant(NGRAM_PREFETCH, "pass")
     findings = findings_of({"ngram_embedding.py": racy}, {"SC101"})
     # the weight, made outside the scan, is read on the prefetch stream too (the same missing wait)
-    assert _summary(findings) == [
+    assert summary_of(findings) == [
         ("SC101", "ngram_embedding.py", line_of(racy, "torch.index_select(self.weight"), "RAW"),
         ("SC101", "ngram_embedding.py", line_of(racy, "gathered_ids = self._gather_dp_ids"), "RAW")]
     assert findings[1].message.startswith("`gathered_ids` is written by `cat in NgramEmbedding._gather_dp_ids` on "

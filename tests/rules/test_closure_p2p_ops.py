@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import textwrap
 
-from static_helpers import findings_of, line_of
+from static_helpers import findings_of, line_of, summary_of
 
 EXECUTE = """
 import torch
@@ -46,15 +46,11 @@ def _variant(wait: str) -> str:
     return textwrap.dedent(EXECUTE).replace("WAIT", wait)
 
 
-def _summary(findings):
-    return [(f.rule, f.primary.path, f.primary.line, f.kind) for f in findings]
-
-
 def test_a_closures_receives_are_the_enclosing_batchs_and_reach_it_through_the_staging_list():
     racy = _variant("pass")
     findings = findings_of({"eplb.py": racy}, {"SC105"})
     # The first use after the launch of what the closure stored the received tensors in.
-    assert _summary(findings) == [("SC105", "eplb.py", line_of(racy, "if not recv_staging"), "RAW")]
+    assert summary_of(findings) == [("SC105", "eplb.py", line_of(racy, "if not recv_staging"), "RAW")]
     assert findings[0].message.startswith("`recv_staging` is read while the async `batch_isend_irecv` (line "
                                           f"{line_of(racy, 'reqs = batch_isend_irecv')}) may still be using it")
     assert findings_of({"eplb.py": _variant("req.wait()")}, {"SC105"}) == []
@@ -94,5 +90,5 @@ def test_a_tensor_of_the_enclosing_function_used_in_the_closure_stands_for_itsel
         return total
     """)
     findings = findings_of({"recv.py": source}, {"SC105"})
-    assert _summary(findings) == [("SC105", "recv.py", line_of(source, "total = buf.sum()"), "RAW")]
+    assert summary_of(findings) == [("SC105", "recv.py", line_of(source, "total = buf.sum()"), "RAW")]
     assert findings[0].message.startswith("`buf` is read while the async `batch_isend_irecv`")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import textwrap
 
-from static_helpers import facts_of, findings_of, line_of, program_of
+from static_helpers import facts_of, findings_of, line_of, program_of, summary_of
 from streamcheck.rules.orderings import event_id
 
 PREFETCH = """
@@ -44,14 +44,10 @@ def _variant(ordering: str, start: str = "stream.wait_event(layer._prefetch_done
     return textwrap.dedent(PREFETCH).replace("START_ORDERING", start).replace("ORDERING", ordering)
 
 
-def _summary(findings):
-    return [(f.rule, f.primary.path, f.primary.line, f.kind) for f in findings]
-
-
 def test_a_write_through_a_loop_over_an_attributes_container_pairs_with_a_read_of_the_element_taken_by_key():
     racy = _variant("pass")
     findings = findings_of({"prefetch.py": racy})
-    assert _summary(findings) == [("SC101", "prefetch.py", line_of(racy, "out[:num_tokens].copy_(kv)"), "RAW")]
+    assert summary_of(findings) == [("SC101", "prefetch.py", line_of(racy, "out[:num_tokens].copy_(kv)"), "RAW")]
     assert [(r.role, r.line) for r in findings[0].related if r.role == "read"] == [
         ("read", line_of(racy, "post_kernel["))]
     assert findings[0].extra["path"] == "out"

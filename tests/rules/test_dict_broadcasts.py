@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import textwrap
 
-from static_helpers import findings_of, line_of
+from static_helpers import findings_of, line_of, summary_of
 
 SOURCE = """
 import torch
@@ -63,14 +63,10 @@ def _variant(send: str, recv: str) -> str:
     return textwrap.dedent(SOURCE).replace("WAIT_SEND", send).replace("WAIT_RECV", recv)
 
 
-def _summary(findings):
-    return [(f.rule, f.primary.path, f.primary.line, f.kind) for f in findings]
-
-
 def test_receives_into_a_returned_dict_left_in_flight():
     racy = _variant("send_handle.wait()", "pass")
     findings = findings_of({"ps.py": racy}, {"SC105"})
-    assert _summary(findings) == [
+    assert summary_of(findings) == [
         ("SC105", "ps.py", line_of(racy, "work = torch.distributed.broadcast(buf"), "RAW")]
     assert "still writes `received`, which its caller holds: `work` is neither waited nor handed on" \
         in findings[0].message
@@ -80,7 +76,7 @@ def test_sends_of_a_helpers_parts_of_the_callers_dict_left_in_flight():
     # the wait in the other arm (the receives') is on no path from these launches to the end
     racy = _variant("pass", "recv_handle.wait()")
     findings = findings_of({"ps.py": racy}, {"SC105"})
-    assert _summary(findings) == [
+    assert summary_of(findings) == [
         ("SC105", "ps.py", line_of(racy, "handle = torch.distributed.broadcast(tensor"), "RAW")]
     assert "`tensor_list`, which its caller holds: `handle` is neither waited nor handed on" in findings[0].message
 

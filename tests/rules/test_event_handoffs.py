@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import textwrap
 
-from static_helpers import findings_of, line_of
+from static_helpers import findings_of, line_of, summary_of
 
 # --- FSDP2: an event recorded after the all-gather travels in AllGatherResult with its output ------------------
 ALL_GATHER = """
@@ -93,14 +93,10 @@ def _variant(source: str, wait: str) -> str:
     return textwrap.dedent(source).replace("WAIT", wait)
 
 
-def _summary(findings):
-    return [(f.rule, f.primary.path, f.primary.line, f.kind) for f in findings]
-
-
 def test_output_read_before_the_event_it_came_with_is_waited():
     racy = _variant(ALL_GATHER, "pass")
     findings = findings_of({"collectives.py": racy}, {"SC105"})
-    assert _summary(findings) == [
+    assert summary_of(findings) == [
         ("SC105", "collectives.py", line_of(racy, "torch.ops.fsdp.split_with_sizes_copy"), "RAW")]
     [finding] = findings
     assert finding.extra["path"] == "all_gather_output"
@@ -124,7 +120,7 @@ def test_an_event_queued_with_an_index_hands_over_no_tensor():
 def test_dtype_conversion_on_a_side_stream_is_a_write_the_collective_reads():
     racy = _variant(OVERFLOW, "pass")
     findings = [f for f in findings_of({"stage3.py": racy}, {"SC101"}) if f.extra["path"] == "overflow_gpu"]
-    assert _summary(findings) == [("SC101", "stage3.py", line_of(racy, "overflow_gpu = self.inf"), "RAW")]
+    assert summary_of(findings) == [("SC101", "stage3.py", line_of(racy, "overflow_gpu = self.inf"), "RAW")]
     [finding] = findings
     assert finding.extra["writer_stream"] == "self.reduce_and_partition_stream"
     assert finding.extra["reader_stream"] == ""  # the current stream
@@ -144,5 +140,5 @@ def test_block_made_on_a_side_stream_is_kept_alive_by_a_later_host_read():
     assert [f for f in findings_of({"stage3.py": fixed}, {"SC104"}) if f.extra["path"] == "overflow_gpu"] == []
     returned = fixed.replace("return overflow_gpu.item() > 0", "return overflow_gpu")
     findings = [f for f in findings_of({"stage3.py": returned}, {"SC104"}) if f.extra["path"] == "overflow_gpu"]
-    assert _summary(findings) == [("SC104", "stage3.py", line_of(returned, "dist.all_reduce(overflow_gpu"), "FREE")]
+    assert summary_of(findings) == [("SC104", "stage3.py", line_of(returned, "dist.all_reduce(overflow_gpu"), "FREE")]
     assert findings[0].extra["allocated_on"] == "self.reduce_and_partition_stream"

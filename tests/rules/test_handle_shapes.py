@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import textwrap
 
-from static_helpers import findings_of, line_of
+from static_helpers import findings_of, line_of, summary_of
 
 # --- point-to-point: Megatron's bridge communicator and p2p shape exchange --------------------------------------
 BRIDGE = """
@@ -48,14 +48,10 @@ def _variant(source: str, wait: str) -> str:
     return textwrap.dedent(source).replace("WAIT", wait)
 
 
-def _summary(findings):
-    return [(f.rule, f.primary.path, f.primary.line, f.kind) for f in findings]
-
-
 def test_batch_receives_read_before_their_handles_are_waited():
     racy = _variant(BRIDGE, "pass")
     findings = findings_of({"bridge.py": racy}, {"SC105"})
-    assert _summary(findings) == [
+    assert summary_of(findings) == [
         ("SC105", "bridge.py", line_of(racy, "aggregated = torch.cat"), "RAW"),
         ("SC105", "bridge.py", line_of(racy, "return recv_prev_shape.tolist()"), "RAW"),
     ]
@@ -111,7 +107,7 @@ def test_process_group_methods_are_async_launches():
     assert findings_of({"utils.py": _group_variant(*waits)}, {"SC105"}) == []
     racy = _group_variant("pass", "pass", "pass")
     findings = findings_of({"utils.py": racy}, {"SC105"})
-    assert _summary(findings) == [
+    assert summary_of(findings) == [
         ("SC105", "utils.py", line_of(racy, "    tensor.add_(scratch)"), "WAR"),
         ("SC105", "utils.py", line_of(racy, "    tensor.add_(scratch)"), "RAW"),
         ("SC105", "utils.py", line_of(racy, "total.add_(buf)"), "WAR"),
@@ -123,7 +119,7 @@ def test_process_group_methods_are_async_launches():
     # the send alone missing its wait: the write of what it still reads (a method of an unannotated receiver
     # such as `queue.send` is no launch)
     only_send = findings_of({"utils.py": _group_variant(waits[0], "pass", waits[2])}, {"SC105"})
-    assert _summary(only_send) == [("SC105", "utils.py", line_of(racy, "    tensor.add_(scratch)"), "WAR")]
+    assert summary_of(only_send) == [("SC105", "utils.py", line_of(racy, "    tensor.add_(scratch)"), "WAR")]
 
 
 # --- a work's tensors through what holds them: FSDP's sharded grad scaler, ZeRO-3's gather into views ----------
@@ -163,7 +159,7 @@ def allgather(params, allgather_params, input_tensor, world):
 def test_tensors_touched_through_lists_and_views_that_hold_them():
     racy = _variant(HOLDERS, "pass")
     findings = findings_of({"holders.py": racy}, {"SC105"})
-    assert _summary(findings) == [
+    assert summary_of(findings) == [
         ("SC105", "holders.py", line_of(racy, "torch._foreach_copy_"), "RAW"),
         ("SC105", "holders.py", line_of(racy, "gathered_tensor = dequantize"), "RAW"),
     ]
@@ -214,7 +210,7 @@ class Schedule:
 def test_returning_with_the_callers_tensor_in_flight():
     racy = _variant(AT_EXIT.replace("WAIT_LAST", "pass"), "pass")
     findings = findings_of({"exit.py": racy}, {"SC105"})
-    assert _summary(findings) == [
+    assert summary_of(findings) == [
         ("SC105", "exit.py", line_of(racy, "handle = torch.distributed.all_gather_into_tensor"), "RAW"),
         ("SC105", "exit.py", line_of(racy, "reqs = torch.distributed.batch_isend_irecv([recv_prev_op])"), "RAW"),
         ("SC105", "exit.py", line_of(racy, "for req in torch.distributed.batch_isend_irecv(self._p2p_ops)"),
@@ -292,7 +288,7 @@ def test_handle_and_buffer_taken_apart_from_one_tuple():
     racy = textwrap.dedent(PAIRS).replace("WAIT_HANDLE", "pass").replace("WAIT_WORK", "pass").replace(
         "WAIT", "pass")
     findings = findings_of({"pairs.py": racy}, {"SC105"})
-    assert _summary(findings) == [
+    assert summary_of(findings) == [
         ("SC105", "pairs.py", line_of(racy, "copy_(reduced_partition"), "RAW"),
         ("SC105", "pairs.py", line_of(racy, "embs.backward(self._grad_buffer"), "RAW"),
         ("SC105", "pairs.py", line_of(racy, "return tuple(tensors)"), "RAW"),
@@ -349,7 +345,7 @@ class DominoTransformer:
 def test_handle_waited_only_in_the_next_iteration():
     racy = _variant(DOMINO, "pass")
     findings = findings_of({"domino.py": racy}, {"SC105"})
-    assert _summary(findings) == [("SC105", "domino.py", line_of(racy, "bias_dropout_add_func(hidden_states1"),
+    assert summary_of(findings) == [("SC105", "domino.py", line_of(racy, "bias_dropout_add_func(hidden_states1"),
                                    "RAW")]
     assert findings[0].message.startswith("`hidden_states1` is read in the loop's next iteration")
     assert findings[0].related[0].line == line_of(racy, "fwd_handle1 = dist.all_reduce")
@@ -380,7 +376,7 @@ class NCCLCopyService:
 def test_received_into_fields_of_the_objects_own_ops():
     racy = _variant(COPY_SERVICE, "pass")
     findings = findings_of({"copy.py": racy}, {"SC105"})
-    assert _summary(findings) == [("SC105", "copy.py", line_of(racy, "reqs = dist.batch_isend_irecv"), "RAW")]
+    assert summary_of(findings) == [("SC105", "copy.py", line_of(racy, "reqs = dist.batch_isend_irecv"), "RAW")]
     assert "still writes `self.recv_ops.tensor`, which its caller holds" in findings[0].message
     assert findings_of({"copy.py": _variant(COPY_SERVICE, "req.wait()")}, {"SC105"}) == []
 
@@ -437,7 +433,7 @@ def foreach_all_gather_copy_out(all_gather_result, out):
 def test_handles_handed_to_a_constructor_or_returned_in_a_result():
     racy = textwrap.dedent(HANDED_OVER).replace("WAIT_A2A", "pass").replace("WAIT_AG", "pass")
     findings = findings_of({"over.py": racy}, {"SC105"})
-    assert _summary(findings) == [
+    assert summary_of(findings) == [
         ("SC105", "over.py", line_of(racy, "summed = torch.sum(self.all_to_all_output_tensor"), "RAW"),
         ("SC105", "over.py", line_of(racy, "out.copy_(all_gather_output[0])"), "RAW"),
     ]

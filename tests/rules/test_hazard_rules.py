@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import textwrap
 
-from static_helpers import findings_of, line_of
+from static_helpers import findings_of, line_of, summary_of
 
 HAZARDS = {"SC102", "SC103", "SC104", "SC105"}
 
@@ -16,10 +16,6 @@ def _found(sources: dict[str, str]):
 
 def _lines_of(source: str, text: str) -> list[int]:
     return [n for n, line in enumerate(textwrap.dedent(source).splitlines(), 1) if text in line]
-
-
-def _summary(findings):
-    return [(f.rule, f.primary.path, f.primary.line, f.kind) for f in findings]
 
 
 # --- SC102 ----------------------------------------------------------------------------------------------------------
@@ -52,7 +48,7 @@ def test_sc102_exact_finding_and_ordering_through_a_helper():
     [finding] = _found({"offload.py": D2H})
     _, racy_read = _lines_of(D2H, "return self.cpu_grads.sum()")
     _, racy_copy = _lines_of(D2H, "self.cpu_grads.copy_(grad, non_blocking=True)")
-    assert _summary([finding]) == [("SC102", "offload.py", racy_read, "HOST")]
+    assert summary_of([finding]) == [("SC102", "offload.py", racy_read, "HOST")]
     assert finding.symbol == "Offload.offload_racy"
     assert [(r.role, r.line) for r in finding.related] == [("write", racy_copy)]
     assert finding.related[0].snippet == "self.cpu_grads.copy_(grad, non_blocking=True)"
@@ -73,7 +69,7 @@ def test_sc102_direction_from_the_name_and_from_device_placements():
         y.copy_(x, non_blocking=True)
         return y[0] + 1
     """
-    assert _summary(_found({"m.py": source})) == [("SC102", "m.py", line_of(source, "return host_buffer[0]"), "HOST")]
+    assert summary_of(_found({"m.py": source})) == [("SC102", "m.py", line_of(source, "return host_buffer[0]"), "HOST")]
 
 
 def test_sc102_item_on_the_host_buffer_is_a_read_not_a_sync():
@@ -109,7 +105,7 @@ def test_sc103_exact_finding_in_a_prefetch_loop():
             torch.add(batch, 1, out=host)
     """
     [finding] = _found({"p.py": source})
-    assert _summary([finding]) == [("SC103", "p.py", line_of(source, "out=host"), "WAR")]
+    assert summary_of([finding]) == [("SC103", "p.py", line_of(source, "out=host"), "WAR")]
     assert [(r.role, r.line) for r in finding.related] == [("read", line_of(source, "dev.copy_(host"))]
     assert "overwritten on the host by `out=`" in finding.message
 
@@ -146,7 +142,7 @@ def test_sc104_exact_finding_with_stream_and_use():
         return total, t
     """
     [finding] = _found({"r.py": source})
-    assert _summary([finding]) == [("SC104", "r.py", line_of(source, "t = torch.zeros"), "FREE")]
+    assert summary_of([finding]) == [("SC104", "r.py", line_of(source, "t = torch.zeros"), "FREE")]
     assert [(r.role, r.line) for r in finding.related] == [
         ("read", line_of(source, "total = t.sum()")), ("stream context", line_of(source, "with torch.cuda"))]
     assert finding.extra == {"path": "t", "stream": "side"}
@@ -191,7 +187,7 @@ def test_sc105_exact_finding_for_a_wrapped_collective():
         return result
     """
     [finding] = _found({"g.py": source})
-    assert _summary([finding]) == [("SC105", "g.py", line_of(source, "result = out.view"), "RAW")]
+    assert summary_of([finding]) == [("SC105", "g.py", line_of(source, "result = out.view"), "RAW")]
     assert [(r.role, r.line) for r in finding.related] == [("call", line_of(source, "handle = instrument"))]
     assert finding.extra == {"path": "out", "handle": "handle", "collective": "instrument_w_nvtx()"}
 
@@ -215,6 +211,6 @@ def test_sc105_dropped_handle_and_assert_shaped_exclusion():
     # the other arm's `t.mul_(2)` is no use after the launch; but `either` returns with the caller's `t` still
     # being reduced and `handle` never waited (handles_at_exit.py): one finding at the launch
     launch = _lines_of(source, "handle = dist.all_reduce")[0]
-    assert _summary(findings) == [("SC105", "f.py", first_mul, "WAR"), ("SC105", "f.py", launch, "RAW")]
+    assert summary_of(findings) == [("SC105", "f.py", first_mul, "WAR"), ("SC105", "f.py", launch, "RAW")]
     assert "its handle (dropped)" in findings[0].message
     assert "either returns while the async `all_reduce`" in findings[1].message

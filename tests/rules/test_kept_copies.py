@@ -9,15 +9,11 @@ from __future__ import annotations
 
 import textwrap
 
-from static_helpers import findings_of, line_of
+from static_helpers import findings_of, line_of, summary_of
 
 
 def _variant(source: str, ordering: str) -> str:
     return textwrap.dedent(source).replace("ORDERING", ordering)
-
-
-def _summary(findings):
-    return [(f.rule, f.primary.path, f.primary.line, f.kind) for f in findings]
 
 
 # --- ngram_proposer_gpu.py: the copy into a helper's parameter, the read in a helper ------------------------------
@@ -53,7 +49,7 @@ class Runner:
 def test_a_copy_into_a_helpers_parameter_read_by_a_helper_of_another_method():
     racy = _variant(PARAMETERS, "pass")
     findings = findings_of({"ngram.py": racy}, {"SC102"})
-    assert _summary(findings) == [("SC102", "ngram.py", line_of(racy, "counts_cpu[i].item()"), "HOST")]
+    assert summary_of(findings) == [("SC102", "ngram.py", line_of(racy, "counts_cpu[i].item()"), "HOST")]
     related = [(r.role, r.line) for r in findings[0].related]
     assert related == [("write", line_of(racy, "non_blocking=True")),
                        ("call", line_of(racy, "copy_counts(self._counts_cpu")),
@@ -99,7 +95,7 @@ class DraftTokensHandler:
 def test_a_helpers_returned_copy_kept_on_self_and_read_by_another_method():
     racy = _variant(RETURNED, "pass")
     findings = findings_of({"drafts.py": racy}, {"SC102"})
-    assert _summary(findings) == [("SC102", "drafts.py", line_of(racy, ".tolist()"), "HOST")]
+    assert summary_of(findings) == [("SC102", "drafts.py", line_of(racy, ".tolist()"), "HOST")]
     assert "the result of `.to()`" in findings[0].message
     assert [(r.role, r.line) for r in findings[0].related] == [
         ("write", line_of(racy, "non_blocking=True")), ("call", line_of(racy, "= async_copy_to_np("))]

@@ -7,15 +7,11 @@ from __future__ import annotations
 
 import textwrap
 
-from static_helpers import findings_of, line_of
+from static_helpers import findings_of, line_of, summary_of
 
 
 def _variant(source: str, ordering: str) -> str:
     return textwrap.dedent(source).replace("ORDERING", ordering)
-
-
-def _summary(findings):
-    return [(f.rule, f.primary.path, f.primary.line, f.kind) for f in findings]
 
 
 def _related(finding):
@@ -43,7 +39,7 @@ def _safe_tolist(tensor):
 def test_a_returned_copy_read_on_the_host_by_the_caller():
     racy = _variant(RETURNED, "pass")
     findings = findings_of({"jagged.py": racy}, {"SC102"})
-    assert _summary(findings) == [("SC102", "jagged.py", line_of(racy, "return _cuda_to_cpu_safe"), "HOST")]
+    assert summary_of(findings) == [("SC102", "jagged.py", line_of(racy, "return _cuda_to_cpu_safe"), "HOST")]
     assert _related(findings[0]) == [("write", line_of(racy, "cpu_buf.copy_")),
                                      ("call", line_of(racy, "return _cuda_to_cpu_safe"))]
     assert "the result of `_cuda_to_cpu_safe(...)`" in findings[0].message
@@ -87,7 +83,7 @@ def start_split_plan(device_splits, host_splits, ready_event, copy_stream):
 def test_a_kept_copy_read_on_the_host_by_a_method_before_the_event_wait():
     racy = _variant(KEPT, "pass")
     findings = findings_of({"auto_ep.py": racy}, {"SC102"})
-    assert _summary(findings) == [("SC102", "auto_ep.py", line_of(racy, "self._host_splits.tolist()"), "HOST")]
+    assert summary_of(findings) == [("SC102", "auto_ep.py", line_of(racy, "self._host_splits.tolist()"), "HOST")]
     assert _related(findings[0]) == [("write", line_of(racy, "host_splits.copy_")),
                                      ("call", line_of(racy, "return _PendingSplitPlan("))]
     assert "`self._host_splits`, which `_PendingSplitPlan.__init__` keeps" in findings[0].message
@@ -121,7 +117,7 @@ def move_back_key(state, key):
 def test_a_helper_allocation_filled_on_a_side_stream_without_a_wait():
     racy = _variant(HELPER, "pass")
     findings = findings_of({"offload.py": racy}, {"SC106"})
-    assert _summary(findings) == [("SC106", "offload.py", line_of(racy, "buf.copy_("), "WAR")]
+    assert summary_of(findings) == [("SC106", "offload.py", line_of(racy, "buf.copy_("), "WAR")]
     assert _related(findings[0]) == [("write", line_of(racy, "buf = _alloc_reload_buffer(")),
                                      ("stream context", line_of(racy, "with torch.cuda.stream(copy_stream)"))]
     assert "returned by `_alloc_reload_buffer`, which allocates it on the current stream" in findings[0].message
@@ -155,7 +151,7 @@ def test_a_wait_inside_the_region_waits_for_nothing():
     racy = textwrap.dedent(INSIDE).replace("ORDERING", "pass").replace(
         "SELF_WAIT", "self._memcpy_stream.wait_stream(torch.cuda.current_stream())")
     findings = findings_of({"pipeline.py": racy}, {"SC106"})
-    assert _summary(findings) == [("SC106", "pipeline.py", line_of(racy, "gpu_values.copy_("), "WAR")]
+    assert summary_of(findings) == [("SC106", "pipeline.py", line_of(racy, "gpu_values.copy_("), "WAR")]
     assert _related(findings[0]) == [("write", line_of(racy, "gpu_values = torch.empty_like(")),
                                      ("stream context", line_of(racy, "with torch.cuda.stream("))]
     assert (f"the `wait_stream` at line {line_of(racy, 'wait_stream(torch.cuda.current_stream())')} runs inside "
@@ -190,7 +186,7 @@ def test_a_wait_in_only_one_of_two_callers_leaves_the_other_call_unordered():
                 return self._fill(embeddings)
     """)
     findings = findings_of({"pipeline.py": source}, {"SC106"})
-    assert _summary(findings) == [("SC106", "pipeline.py", line_of(source, "gpu_values.copy_("), "WAR")]
+    assert summary_of(findings) == [("SC106", "pipeline.py", line_of(source, "gpu_values.copy_("), "WAR")]
     waited = source.replace("    def fill_pipeline(self, embeddings):\n",
                             "    def fill_pipeline(self, embeddings):\n"
                             "        self._memcpy_stream.wait_stream(torch.cuda.current_stream())\n")
@@ -236,7 +232,7 @@ class HybridOptimizer:
 def test_a_never_waiting_side_stream_overwrites_a_tensor_taken_out_of_a_container():
     racy = _variant(HYBRID, "pass")
     findings = findings_of({"hybrid.py": racy}, {"SC106"})
-    assert _summary(findings) == [("SC106", "hybrid.py", line_of(racy, "gpu_param.data.copy_"), "WAR")]
+    assert summary_of(findings) == [("SC106", "hybrid.py", line_of(racy, "gpu_param.data.copy_"), "WAR")]
     assert _related(findings[0]) == [("stream context", line_of(racy, "with torch.cuda.stream(self._h2d_stream)"))]
     assert findings[0].message.startswith("`gpu_param` (taken out of `self.gpu_param_of`) comes from outside")
 
@@ -284,7 +280,7 @@ class InputDistDriver:
 def test_a_stream_handed_down_through_calls_is_the_one_its_owner_never_makes_wait():
     racy = _variant(MAGLEV, "pass")
     findings = findings_of({"maglev.py": racy}, {"SC106"})
-    assert _summary(findings) == [("SC106", "maglev.py", line_of(racy, "destination.copy_"), "WAR")]
+    assert summary_of(findings) == [("SC106", "maglev.py", line_of(racy, "destination.copy_"), "WAR")]
     # The loop variable is named with the lists it iterates.
     assert findings[0].message.startswith(
         "`destination` (bound by the loop over `destinations`, `sources`) comes from outside `inplace_copy_to_gpu`")
@@ -365,7 +361,7 @@ def test_a_handle_object_left_unwaited_leaves_its_output_unwritten():
     racy = _variant(FP32, "pass")
     findings = findings_of({"fp32.py": racy}, {"SC105"})
     built = line_of(racy, "reduce_scatter_handle = _ReduceScatterWithFP32AccumulationWorkHandle(")
-    assert _summary(findings) == [("SC105", "fp32.py", built, "RAW")]
+    assert summary_of(findings) == [("SC105", "fp32.py", built, "RAW")]
     assert _related(findings[0]) == [("read", len(racy.splitlines()))]
     assert "still writes `output_tensor`, which its caller holds" in findings[0].message
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import textwrap
 
-from static_helpers import findings_of, line_of
+from static_helpers import findings_of, line_of, summary_of
 
 COORDINATOR = """
 import torch
@@ -46,14 +46,10 @@ def _variant(wait: str) -> str:
     return textwrap.dedent(COORDINATOR).replace("WAIT", wait)
 
 
-def _summary(findings):
-    return [(f.rule, f.primary.path, f.primary.line, f.kind) for f in findings]
-
-
 def test_a_callers_list_of_returned_send_handles_left_unwaited_at_its_end():
     racy = _variant("pass")
     findings = findings_of({"parallel_state.py": racy}, {"SC105"})
-    assert _summary(findings) == [
+    assert summary_of(findings) == [
         ("SC105", "parallel_state.py", line_of(racy, "handles = self.isend_tensor_dict("), "WAR")]
     assert findings[0].message == (
         f"GroupCoordinator.send_tensor_dict returns while the async `isend` (line "

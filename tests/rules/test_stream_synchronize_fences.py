@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import textwrap
 
-from static_helpers import facts_of, findings_of, line_of
+from static_helpers import facts_of, findings_of, line_of, summary_of
 
 ZERO3 = """
 import collections
@@ -56,10 +56,6 @@ def _variant(sync: str) -> str:
     return textwrap.dedent(ZERO3).replace("SYNC", sync)
 
 
-def _summary(findings):
-    return [(f.rule, f.primary.path, f.primary.line, f.kind) for f in findings]
-
-
 def test_a_view_of_an_attribute_containers_element_is_taken_out_of_it():
     [facts] = facts_of({"stage3.py": _variant("pass")})
     [partition_grads] = [f for f in facts.functions if f.name == "partition_grads"]
@@ -72,7 +68,7 @@ def test_a_view_of_an_attribute_containers_element_is_taken_out_of_it():
 def test_side_stream_writes_read_after_the_epilogue_without_its_synchronize():
     racy = _variant("pass")
     findings = findings_of({"stage3.py": racy}, {"SC101"})
-    assert _summary(findings) == [("SC101", "stage3.py", line_of(racy, "grad_buffer.copy_(grad_partition"), "RAW")]
+    assert summary_of(findings) == [("SC101", "stage3.py", line_of(racy, "grad_buffer.copy_(grad_partition"), "RAW")]
     [finding] = findings
     assert finding.extra["path"] == "self.grad_partitions"
     assert finding.extra["writer_stream"] == "self.reduce_and_partition_stream"

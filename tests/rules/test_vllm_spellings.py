@@ -7,16 +7,12 @@ from __future__ import annotations
 
 import textwrap
 
-from static_helpers import facts_of, findings_of, line_of, program_of
+from static_helpers import facts_of, findings_of, line_of, program_of, summary_of
 from streamcheck.rules.orderings import orderings_of
 
 
 def _variant(source: str, ordering: str) -> str:
     return textwrap.dedent(source).replace("ORDERING", ordering)
-
-
-def _summary(findings):
-    return [(f.rule, f.primary.path, f.primary.line, f.kind) for f in findings]
 
 
 # --- gpu_model_runner.py `_copy_draft_token_ids_to_cpu`: an annotated binding ------------------------------------
@@ -41,7 +37,7 @@ class Runner:
 def test_an_annotated_local_naming_an_attribute_is_read_as_the_attribute():
     racy = _variant(DRAFTS, "pass")
     findings = findings_of({"runner.py": racy})
-    assert _summary(findings) == [("SC101", "runner.py", line_of(racy, "copy_(draft_token_ids"), "RAW")]
+    assert summary_of(findings) == [("SC101", "runner.py", line_of(racy, "copy_(draft_token_ids"), "RAW")]
     assert findings[0].extra["path"] == "self._draft_token_ids"
     assert findings_of({"runner.py": _variant(DRAFTS, "self.draft_copy_stream.wait_stream(default_stream)")}) == []
 
@@ -71,7 +67,7 @@ def test_a_local_naming_an_attribute_reaches_the_streams_and_tensors_held_on_it(
     racy = _variant(STAGING, "pass")
     copy = line_of(racy, "state.slots[:num_tokens].copy_")
     findings = findings_of({"worker.py": racy})
-    assert sorted(_summary(findings)) == [("SC101", "worker.py", copy, "RAW"), ("SC106", "worker.py", copy, "WAR")]
+    assert sorted(summary_of(findings)) == [("SC101", "worker.py", copy, "RAW"), ("SC106", "worker.py", copy, "WAR")]
     assert sorted(f.extra["path"] for f in findings) == ["self._slot_mapping_staging.slots", "self.slot_mapping"]
     assert findings_of({"worker.py": _variant(STAGING, "state.stream.wait_stream(main_stream)")}) == []
 
@@ -167,14 +163,14 @@ def test_a_broadcast_over_lines_of_a_parameter_needs_the_main_stream_first():
     # line above the argument. The other method's wait on the main stream orders only that method's reads.
     racy = _variant(PP_HANDLER, "pass")
     findings = findings_of({"pp.py": racy})
-    assert _summary(findings) == [("SC101", "pp.py", line_of(racy, "draft_tokens, src="), "RAW")]
+    assert summary_of(findings) == [("SC101", "pp.py", line_of(racy, "draft_tokens, src="), "RAW")]
     assert findings[0].extra["path"] == "draft_tokens"
     assert findings[0].extra["reader_stream"] == "self.broadcast_stream"
     assert findings[0].extra["producer"] == "outside"
     assert findings_of({"pp.py": _variant(PP_HANDLER, "self.broadcast_stream.wait_stream(self.main_stream)")}) == []
     one_line = racy.replace("broadcast(\n                draft_tokens, src=self.last_rank, group=self.broadcast_group\n"
                             "            )", "broadcast(draft_tokens, src=self.last_rank)")
-    assert _summary(findings_of({"pp.py": one_line})) == [
+    assert summary_of(findings_of({"pp.py": one_line})) == [
         ("SC101", "pp.py", line_of(one_line, "broadcast(draft_tokens"), "RAW")]
 
 
@@ -229,7 +225,7 @@ def test_a_kernel_launch_reads_its_tensor_arguments():
     # numbers): called under `kv_stream`, the caller's inputs need the current stream first.
     racy = _variant(QKVR, "pass")
     findings = findings_of({"qkvr.py": racy})
-    assert _summary(findings) == [("SC101", "qkvr.py", line_of(racy, "_run_tiled_kv(qkvr, key_cache"), "RAW")]
+    assert summary_of(findings) == [("SC101", "qkvr.py", line_of(racy, "_run_tiled_kv(qkvr, key_cache"), "RAW")]
     assert findings[0].extra["path"] == "qkvr"
     assert findings[0].extra["reader_stream"] == "kv_stream"
     assert findings_of({"qkvr.py": _variant(QKVR, "kv_stream.wait_stream(current_stream)")}) == []
@@ -263,7 +259,7 @@ def test_a_host_read_in_another_method_of_a_copy_kept_on_self_needs_a_wait():
     copy = line_of(racy, "copy_(draft_token_ids")
     every = findings_of({"runner.py": racy})
     # (the hand-out to the current stream's readers is outside_consumers.py's SC101, there before this shape)
-    assert sorted(_summary(every)) == [("SC101", "runner.py", copy, "RAW"),
+    assert sorted(summary_of(every)) == [("SC101", "runner.py", copy, "RAW"),
                                        ("SC102", "runner.py", line_of(racy, ".tolist()"), "HOST")]
     findings = [f for f in every if f.rule == "SC102"]
     assert findings[0].extra["path"] == "self.draft_token_ids_cpu"
@@ -303,7 +299,7 @@ def test_a_local_naming_a_parameter_annotated_as_a_tensor_is_that_tensor_whateve
     # `t = data` above), and the source of a copy is one even where its name says `count`.
     racy = _counts("pass", "sampled_count_event.synchronize()")
     findings = findings_of({"runner.py": racy})
-    assert _summary(findings) == [("SC101", "runner.py", line_of(racy, "copy_(counts"), "RAW")]
+    assert summary_of(findings) == [("SC101", "runner.py", line_of(racy, "copy_(counts"), "RAW")]
     assert findings[0].extra["path"] == "valid_sampled_tokens_count"
     fixed = _counts("self.count_copy_stream.wait_stream(default_stream)", "sampled_count_event.synchronize()")
     assert findings_of({"runner.py": fixed}) == []
@@ -313,7 +309,7 @@ def test_a_host_read_through_locals_naming_the_kept_copy_and_its_event_needs_the
     racy = _counts("self.count_copy_stream.wait_stream(default_stream)", "pass")
     every = findings_of({"runner.py": racy})
     findings = [f for f in every if f.rule == "SC102"]
-    assert _summary(findings) == [("SC102", "runner.py", line_of(racy, ".tolist()"), "HOST")]
+    assert summary_of(findings) == [("SC102", "runner.py", line_of(racy, ".tolist()"), "HOST")]
     assert [(r.role, r.line) for r in findings[0].related] == [("write", line_of(racy, "copy_(counts"))]
 
 
@@ -351,6 +347,6 @@ class AsyncPoolingOutput:
 
 def test_a_wait_opening_another_functions_region_does_not_order_a_stream_parameter_of_the_same_name():
     racy = _variant(OUTPUTS, "pass")
-    assert _summary(findings_of({"outputs.py": racy})) == [
+    assert summary_of(findings_of({"outputs.py": racy})) == [
         ("SC101", "outputs.py", line_of(racy, "self._sampled_token_ids.to("), "RAW")]
     assert findings_of({"outputs.py": _variant(OUTPUTS, "async_output_copy_stream.wait_stream(default_stream)")}) == []
