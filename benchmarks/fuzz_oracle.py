@@ -49,7 +49,7 @@ def _ranges(rng: random.Random) -> list:
 def _event(rng: random.Random) -> list[dict]:
     """One draw of the generator: usually one event, two for a record-then-wait pair."""
     t, s, e = rng.choice(THREADS), rng.choice(STREAMS), rng.choice(EVENT_IDS)
-    kind = rng.randrange(19)
+    kind = rng.randrange(20)
     if kind < 3:
         return [{"e": "kernel", "thread": t, "stream": s, "reads": _ranges(rng), "writes": _ranges(rng), "op": "k"}]
     if kind == 3:
@@ -74,6 +74,8 @@ def _event(rng: random.Random) -> list[dict]:
                  "op": "c"},
         lambda: {"e": "work_wait", "thread": t, "stream": s, "work": rng.choice(WORK_IDS),
                  "blocking": rng.random() < 0.5},
+        lambda: {"e": "hand_over", "thread": t, "reads": _ranges(rng), "events": rng.sample(EVENT_IDS, rng.randint(0, 1)),
+                 "op": "p"},
     ][kind - 4]()]
 
 

@@ -24,8 +24,15 @@ Happens-before, as implemented (the model of docs/architecture.md):
   leaves `shadows` at the free. A free of a storage whose allocation was never seen is not checked (the detector
   may have started after the allocation).
 
-Race kinds: FREE when the later access is a free; HOST when either access is by a host thread (host_access);
-otherwise RAW / WAR / WAW by (later, earlier) being (read, write) / (write, read) / (write, write).
+- hand_over: other processes read the given bytes from now on (a CUDA IPC export handed out, a host barrier over
+  symmetric memory). Their reads are ordered after the handing thread's present and after the given events (the
+  one torch's IPC export records on the current stream), and after nothing else of this process: each last write
+  of those bytes not ordered before that is a PEER race. Nothing is recorded (what the peers do next is ordered by
+  their own protocol, which this process cannot see), and a write is judged at the first hand-over after it only.
+
+Race kinds: FREE when the later access is a free; PEER when it is a hand-over; HOST when either access is by a host
+thread (host_access); otherwise RAW / WAR / WAW by (later, earlier) being (read, write) / (write, read) /
+(write, write).
 
 Which races: every access is checked against the last write of each byte it touches and, if it is a write, the
 latest read of each other actor since that write. All conflicting pairs that are unordered are reported, never
@@ -71,7 +78,7 @@ class Access:
 class Race:
     """Two conflicting accesses to bytes [start, end) of `storage` with no happens-before edge between them."""
 
-    kind: str  # RAW | WAR | WAW | FREE | HOST
+    kind: str  # RAW | WAR | WAW | FREE | HOST | PEER
     storage: int
     start: int
     end: int
@@ -126,6 +133,7 @@ class Detector:
         # stream -> {thread: clocks.received[thread] at the thread's last full join into the stream} (kernel())
         self._joined_at: dict[str, dict[str, int]] = {}
         self._pending_frees: dict[str, list[PendingFree]] = {}  # pool stream -> frees its next work checks
+        self._handed_at: dict[int, int] = {}  # storage -> seq of its last hand_over (earlier writes were judged)
 
     # ---- streams, events, synchronization -------------------------------------------------------------------
     def stream_created(self, thread: str, stream: str) -> None:
@@ -231,6 +239,25 @@ class Detector:
         if blocking:
             self.clocks.wait_work(thread, work)
 
+    def hand_over(self, thread: str, reads: Ranges = (), events: Iterable = (), site: int = -1,
+                  op: str = "") -> None:
+        seq = self.seq
+        self.seq = seq + 1
+        clocks = self.clocks
+        peers = dict(clocks.clock(thread))
+        for event in events:
+            join(peers, clocks.of_event.get(event, {}))
+        handing = Access(thread, thread, False, site, op, seq, peers[thread])
+        for storage, start, end in reads:
+            shadow = self.shadows.get(storage)
+            judged_until = self._handed_at.get(storage, -1)
+            self._handed_at[storage] = seq
+            if shadow is None or start >= end:
+                continue
+            found = [hit for hit in shadow.check_range(handing, peers, start, end) or () if hit[0].seq > judged_until]
+            if found:
+                self._report(storage, handing, found, kind="PEER")
+
     def forget_accesses(self) -> None:
         """Drop every storage's history and allocation (clocks, events and works stay): instrumentation resumes
         after a gap (instrument/sampling.py), and what the gap hid must not order or disorder old accesses.
@@ -239,6 +266,7 @@ class Detector:
         self.shadows.clear()
         self.allocations.clear()
         self._pending_frees.clear()
+        self._handed_at.clear()
 
     def forget_work(self, work: int) -> None:
         """The runtime will never wait for `work` again (its one Work.wait() was reported): drop its clock.
@@ -251,6 +279,8 @@ class Detector:
         """A new block: a fresh history (whatever was recorded at this address before is gone)."""
         self.seq += 1
         self.shadows.pop(storage, None)
+        if self._handed_at:
+            self._handed_at.pop(storage, None)
         self.allocations[storage] = Allocation(stream, size, site)
 
     def record_stream(self, storage: int, stream: str) -> None:
@@ -348,13 +378,15 @@ class Detector:
             for storage, found in found_by_storage.items():
                 self._report(storage, access, found)
 
-    def _report(self, storage: int, later: Access, found: list, reuse: Access | None = None) -> None:
+    def _report(self, storage: int, later: Access, found: list, reuse: Access | None = None,
+                kind: str | None = None) -> None:
         """One Race per earlier access, spanning every byte range where the two met."""
         merged: dict[int, Race] = {}
         for earlier, start, end in found:
             race = merged.get(id(earlier))
             if race is None:
-                merged[id(earlier)] = Race(race_kind(earlier, later), storage, start, end, earlier, later, reuse)
+                merged[id(earlier)] = Race(kind or race_kind(earlier, later), storage, start, end, earlier, later,
+                                           reuse)
             else:
                 race.start = min(race.start, start)
                 race.end = max(race.end, end)

@@ -39,7 +39,7 @@ def device_of(tensor: torch.Tensor) -> int:
     return tensor.get_device()
 
 
-class _PatchOnImport(importlib.abc.MetaPathFinder):
+class PatchOnImport(importlib.abc.MetaPathFinder):
     """Runs `patch(module)` right after `name` is executed, the first time it is imported."""
 
     def __init__(self, name: str, patch: Any) -> None:
@@ -70,7 +70,7 @@ class LaunchHooks:
     def __init__(self, recorder: Recorder) -> None:
         self.recorder = recorder
         self._saved: list[tuple[Any, str, Any]] = []
-        self._finders: list[_PatchOnImport] = []
+        self._finders: list[PatchOnImport] = []
         self._kernel_writes: dict[int, tuple[Any, KernelWrites | None]] = {}  # id(JITFunction) -> it, its stores
         self._capturing = threading.local()
 
@@ -201,7 +201,7 @@ class LaunchHooks:
             if name in sys.modules:
                 patch(sys.modules[name])
             else:
-                finder = _PatchOnImport(name, patch)
+                finder = PatchOnImport(name, patch)
                 self._finders.append(finder)
                 sys.meta_path.insert(0, finder)
         if torch.cuda.is_available() and hasattr(torch.cuda, "CUDAGraph"):

@@ -162,6 +162,12 @@ class NativeDetector:
         if core.has_races():
             self.deliver()
 
+    def hand_over(self, thread: str, reads=(), events=(), site: int = -1, op: str = "") -> None:
+        core = self.core
+        core.hand_over(thread, reads, events, site, op)
+        if core.has_races():
+            self.deliver()
+
     def collective(self, thread: str, stream: str, comm: str, reads=(), writes=(), async_op: bool = False,
                    work: int | None = None, site: int = -1, op: str = "") -> None:
         core = self.core

@@ -40,7 +40,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", f"{IGNORE_MARK}(*rules): streamcheck --streamcheck ignores these rules (SC201, SC202, SC203) or "
+        "markers", f"{IGNORE_MARK}(*rules): streamcheck --streamcheck ignores these rules (SC201-SC204) or "
                    "race kinds (RAW, WAR, WAW, FREE, HOST) in this test; no argument: ignore all its findings")
     if config.getoption("streamcheck", default=False):
         config.pluginmanager.register(StreamcheckGate(config), "streamcheck-gate")

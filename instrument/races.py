@@ -3,7 +3,8 @@ of a trace by `streamcheck report` (offline/merge.py) and `streamcheck analyze` 
 
 Rule ids (instrument/runtime_rules.py): SC201 a RAW / WAR / WAW race between streams, SC202 FREE (freed while
 another stream may still use it), SC203 HOST (the host touches memory a stream still owns, or a stream touches
-memory the host is still using). The primary location is the later access; related: the earlier access (role
+memory the host is still using), SC204 PEER (memory other processes read handed over before a stream's write to it
+finished). The primary location is the later access; related: the earlier access (role
 write/read) and a "sync" location, the earlier site, after which the missing edge must start.
 
 The finding carries the race itself in `extra` (storage, byte range, the two accesses, the streams' names, both call
@@ -61,6 +62,9 @@ def missing_edge(race: Race, names: Names) -> str:
     source = names.actor(earlier.actor)
     earlier_is_host = earlier.actor == earlier.thread
     later_is_host = later.actor == later.thread
+    if race.kind == "PEER":
+        return (f"{names.actor(later.actor)} synchronizes {source} (or an event recorded on it after {after}) before "
+                f"it hands the memory to other processes at {before}")
     if race.kind == "FREE":
         return (f"call record_stream({earlier.actor}) on the tensor before it is freed at {before}, or make "
                 f"{names.actor(later.actor)} wait for {source} after {after} before the free")
@@ -99,6 +103,10 @@ def race_finding(race: Race, names: Names, **run: Any) -> Finding:
     fix = missing_edge(race, names)
     message = (f"{_verb(later)} of {_storage(race, names)} by {_doer(later, names)} at {names.where(later.site)} is "
                f"not ordered after the {_verb(earlier)} by {_doer(earlier, names)} at {names.where(earlier.site)}")
+    if race.kind == "PEER":
+        message = (f"hand-over of {_storage(race, names)} to other processes by {_doer(later, names)} at "
+                   f"{names.where(later.site)} ({later.op}) is not ordered after the {_verb(earlier)} by "
+                   f"{_doer(earlier, names)} at {names.where(earlier.site)}: they may read it before it is done")
     primary = location(names, later, ROLE_READ if not later.is_write else ROLE_WRITE)
     related: tuple = ()
     if later.op == "free":

@@ -1,4 +1,4 @@
-"""The runtime detector's rules, SC201-SC203: which race kind each reports and its documentation (the catalogue's
+"""The runtime detector's rules, SC201-SC204: which race kind each reports and its documentation (the catalogue's
 entries; streamcheck/catalogue.py). Torch-free: `streamcheck explain`, the docs and the reports read it.
 """
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 from streamcheck.catalogue import RUNTIME, RuleInfo, documentation, entry
 
 # The detector's race kinds (instrument/detector.py race_kind) -> the rule that reports them.
-RULE_OF_KIND = {"RAW": "SC201", "WAR": "SC201", "WAW": "SC201", "FREE": "SC202", "HOST": "SC203"}
+RULE_OF_KIND = {"RAW": "SC201", "WAR": "SC201", "WAW": "SC201", "FREE": "SC202", "HOST": "SC203", "PEER": "SC204"}
 
 
 def _rule(rule_id: str, name: str, summary: str, what: str, why: str, example: str, fix: str) -> RuleInfo:
@@ -57,6 +57,24 @@ RUNTIME_RULES = {info.id: info for info in (
         "print(h.tolist())                                # may print old data",
         "`torch.cuda.current_stream().synchronize()`, or `event.synchronize()` on an event recorded after the\n"
         "copy, before the host access."),
+    _rule(
+        "SC204", "SharedMemoryHandedOverEarlyAtRuntime",
+        "memory other processes read handed over while a stream still writes it, seen at runtime",
+        "Reports a device write to memory that other processes read (a tensor exported for CUDA IPC with\n"
+        "`reduce_tensor`, or passed to `symm_mem.rendezvous`) that had not finished when the host handed the\n"
+        "memory over: a host barrier (`dist.barrier`, `monitored_barrier`), or a `multiprocessing` queue put or\n"
+        "pipe send. The peers' reads are ordered after the host's own present (what it synchronized with) and,\n"
+        "for an IPC export, after the current stream's work at the first export (torch records an event there\n"
+        "and the importer waits for it), and after nothing else. A barrier over an NCCL group orders the\n"
+        "current stream's work before it. The static twin is SC107.",
+        "A host barrier or a queue message says only that the producer *queued* its writes. The other process\n"
+        "maps the memory and reads it at once, while the write may still wait behind earlier kernels: it sees\n"
+        "the old bytes, under some timings only.",
+        "rebuild, args = reduce_tensor(buf)              # torch records the export's event now\n"
+        "buf.fill_(1.0)                                   # queued after the event\n"
+        "queue.put((rebuild, args))                       # the consumer may read zeros",
+        "Synchronize between the last write and the hand-over: `torch.cuda.synchronize()` (or the writing\n"
+        "stream's `synchronize()`, or an event recorded after the write and `event.synchronize()`)."),
 )}
 
 

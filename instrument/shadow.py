@@ -151,6 +151,16 @@ class StorageShadow:
         cells[first:last] = new_cells
         return found
 
+    def check_range(self, access, clock: dict, start: int, end: int) -> list | None:
+        """Check `access` of bytes [start, end) without recording it (a hand-over to other processes)."""
+        found = None
+        starts, ends, cells = self.starts, self.ends, self.cells
+        for k in range(bisect_right(ends, start), len(starts)):
+            if starts[k] >= end:
+                break
+            found = _check(cells[k], access, clock, max(start, starts[k]), min(end, ends[k]), found)
+        return found
+
     def check_all(self, access, clock: dict) -> list | None:
         """Check a write of every byte with history (a free) without recording it."""
         found = None

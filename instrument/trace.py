@@ -149,14 +149,14 @@ for _name in EVENTS:
 
 # Field types every reader checks, so that a damaged or foreign line is one bad line, never a TypeError deep in a
 # consumer (the detector, hb.py, the report's namer). ids are hashable scalars; the rest as the writer writes them.
-_STR, _INT, _ID, _BOOL, _RANGES, _FRAMES = "a string", "an integer", "an integer or a string", "true or false", \
-    "a list of [storage, start, end]", "a list of [file, line, function]"
+_STR, _INT, _ID, _BOOL, _RANGES, _FRAMES, _IDS = "a string", "an integer", "an integer or a string", "true or false", \
+    "a list of [storage, start, end]", "a list of [file, line, function]", "a list of integers or strings"
 _FIELD_TYPES = {
     "thread": _STR, "stream": _STR, "comm": _STR, "parent": _STR, "child": _STR, "op": _STR, "name": _STR,
     "size": _INT, "device": _INT, "site": _INT,
     "event": _ID, "storage": _ID, "work": _ID, "id": _ID,
     "async_op": _BOOL, "blocking": _BOOL,
-    "reads": _RANGES, "writes": _RANGES, "frames": _FRAMES,
+    "reads": _RANGES, "writes": _RANGES, "frames": _FRAMES, "events": _IDS,
 }
 
 
@@ -178,6 +178,7 @@ _CHECKS = {
     _BOOL: lambda v: v.__class__ is bool,
     _RANGES: _is_ranges,
     _FRAMES: lambda v: v.__class__ is list and all(frame.__class__ is list for frame in v),
+    _IDS: lambda v: v.__class__ is list and all(item.__class__ in _ID_TYPES for item in v),
 }
 # event name -> (required keys, ((key, null is wrong, check, expected), ...)), built once: this runs on every line of a trace
 _SCHEMA = {

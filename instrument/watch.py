@@ -202,6 +202,11 @@ class Watch:
         launches = LaunchHooks(rec)  # inductor's Triton kernels and CUDA graph replays: no dispatcher op
         launches.install()
         self._hooks.append(launches)
+        from .peers import PeerHooks
+
+        peers = PeerHooks(rec)  # memory other processes read (CUDA IPC, symmetric memory) and its hand-overs
+        peers.install()
+        self._hooks.append(peers)
         if self.steps is not None:
             from .sampling import StepWindow
 

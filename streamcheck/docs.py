@@ -1,7 +1,7 @@
 """The rule catalogue (streamcheck/catalogue.py) as documentation: docs/rules/SCxxx.md and SARIF's help.markdown.
 
 Every page is generated from the documentation each rule registers in the catalogue (rules/scNNN_*.py's
-docstrings, the scan driver's SC001/SC002, the runtime's SC201-SC203), so the docs cannot drift from the code.
+docstrings, the scan driver's SC001/SC002, the runtime's SC201-SC204), so the docs cannot drift from the code.
 Regenerate after editing a rule's documentation:
 
     python -m streamcheck.docs            # rewrite docs/rules/*.md

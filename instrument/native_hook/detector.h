@@ -210,6 +210,11 @@ struct StorageShadow {
     segs.insert(segs.begin() + first, std::make_move_iterator(pieces.begin()), std::make_move_iterator(pieces.end()));
   }
 
+  void check_range(const Access& a, const Clock& clock, int64_t start, int64_t end, std::vector<Found>& found) const {
+    for (size_t k = first_ending_after(start); k < segs.size() && segs[k].start < end; ++k)
+      check_cell(segs[k].cell, a, clock, std::max(start, segs[k].start), std::min(end, segs[k].end), found);
+  }
+
   void check_all(const Access& a, const Clock& clock, std::vector<Found>& found) const {
     for (const auto& g : segs) check_cell(g.cell, a, clock, g.start, g.end, found);
   }
@@ -239,7 +244,7 @@ struct Block {
 };
 
 struct Race {
-  char kind;  // 'R' RAW, 'A' WAR, 'W' WAW, 'F' FREE, 'H' HOST
+  char kind;  // 'R' RAW, 'A' WAR, 'W' WAW, 'F' FREE, 'H' HOST, 'P' PEER
   uint64_t storage;
   int64_t start, end;
   Access earlier, later;
@@ -384,9 +389,35 @@ class Detector {
     wait_work(stream, work);
     if (blocking) wait_work(thread, work);
   }
+  // detector.py's hand_over: other processes read `reads` from now on, after `thread` and `events` only
+  void hand_over(int thread, const std::vector<Range3>& reads, const std::vector<uint64_t>& events, int64_t site,
+                 int op) {
+    int64_t at = seq++;
+    Clock peers = clock(thread);
+    for (uint64_t event : events) {
+      auto found = events_.find(event);
+      if (found != events_.end()) peers.join(found->second);
+    }
+    Access handing = make(thread, thread, false, site, op, at, peers.get(thread));
+    std::vector<Found> found, unjudged;
+    for (const auto& r : reads) {
+      auto last = handed_at_.find(r.storage);
+      int64_t judged_until = last == handed_at_.end() ? -1 : last->second;
+      handed_at_[r.storage] = at;
+      const StorageShadow* s = shadow(r.storage);
+      if (s == nullptr || r.start >= r.end) continue;
+      found.clear();
+      s->check_range(handing, peers, r.start, r.end, found);
+      unjudged.clear();
+      for (const auto& f : found)
+        if (f.earlier.seq > judged_until) unjudged.push_back(f);
+      if (!unjudged.empty()) report(r.storage, handing, unjudged, nullptr, nullptr, 'P');
+    }
+  }
   void forget_accesses() {
     blocks_.clear();
     pending_frees_.clear();
+    handed_at_.clear();
   }
   void forget_work(uint64_t work) {
     auto found = works_.find(work);
@@ -398,6 +429,7 @@ class Detector {
   // ---- memory ------------------------------------------------------------------------------------------------
   void alloc(uint64_t storage, int64_t size, int stream, int64_t site) {
     ++seq;
+    if (!handed_at_.empty()) handed_at_.erase(storage);
     Block& b = blocks_[storage];
     if (b.has_shadow) {
       recycle(std::move(b.shadow));
@@ -520,6 +552,7 @@ class Detector {
   std::vector<int> device_of_;
   std::unordered_map<int, std::vector<int>> streams_of_device_;  // in the order their clocks were made
   std::unordered_map<uint64_t, Clock> events_;
+  std::unordered_map<uint64_t, int64_t> handed_at_;  // storage -> seq of its last hand_over
   std::unordered_map<uint64_t, std::pair<Clock, std::list<uint64_t>::iterator>> works_;
   std::list<uint64_t> work_order_;  // works by first finish (a re-finish keeps its place, as a dict's key does)
   ska::flat_hash_map<uint64_t, Block> blocks_;  // a block with neither history nor allocation has no entry
@@ -652,7 +685,7 @@ class Detector {
 
   // One Race per earlier access, spanning every byte range where the two met.
   void report(uint64_t storage, const Access& later, const std::vector<Found>& found, const Access* reuse,
-              const Allocation* allocation) {
+              const Allocation* allocation, char kind = 0) {
     size_t first = races.size();
     for (const auto& f : found) {
       bool merged = false;
@@ -667,7 +700,7 @@ class Detector {
       }
       if (merged) continue;
       Race race;
-      race.kind = kind_of(f.earlier, later);
+      race.kind = kind != 0 ? kind : kind_of(f.earlier, later);
       race.storage = storage;
       race.start = f.start;
       race.end = f.end;

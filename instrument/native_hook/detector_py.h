@@ -42,6 +42,7 @@ inline const char* kind_name(char kind) {
     case 'A': return "WAR";
     case 'W': return "WAW";
     case 'F': return "FREE";
+    case 'P': return "PEER";
     default: return "HOST";
   }
 }
@@ -127,6 +128,13 @@ inline void bind_detector(py::module& m) {
       .def("host_access", [id](D& d, const std::string& t, py::handle reads, py::handle writes, int64_t site,
                                const std::string& op) {
         d.host_access(id(d, t), ranges_of(reads), ranges_of(writes), site, d.op_id(op));
+      })
+      .def("hand_over", [id](D& d, const std::string& t, py::handle reads, py::handle events, int64_t site,
+                             const std::string& op) {
+        std::vector<uint64_t> keys;
+        if (!events.is_none())
+          for (const py::handle& e : events) keys.push_back(id_of(e));
+        d.hand_over(id(d, t), ranges_of(reads), keys, site, d.op_id(op));
       })
       .def("collective", [id](D& d, const std::string& t, const std::string& s, const std::string& comm,
                               py::handle reads, py::handle writes, bool async_op, py::object work, int64_t site,

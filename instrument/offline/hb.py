@@ -10,6 +10,8 @@ with an edge from the last node of every actor (or event / work) it is ordered a
   N node; a blocking collective adds a node on S after it; work_wait adds an S node (and, blocking, a T node)
   after the remembered N node;
 - thread_start: a node on the child after the parent; thread_join: a node on the parent after the child;
+- hand_over by T: a node on T after the given events' nodes; the last writes of its bytes since the storage's
+  previous hand-over with no path to it race as PEER (nothing is added to the history);
 - host_access: a node on T; free: pending until the allocation (pool) stream's next kernel or collective launch,
   then a node on no chain after that work's node and after every stream given to record_stream as it stood at
   the free (the block may be reused there: instrument/detector.py).
@@ -107,6 +109,7 @@ class HappensBefore:
         self._allocations: dict[int, tuple[str | None, set]] = {}
         self._history: dict[int, list[tuple[Access, int, int, int]]] = {}  # storage -> (access, node, start, end)
         self._pending_frees: dict[str, list[tuple]] = {}  # pool stream -> (free access, storage, history, held)
+        self._handed_at: dict[int, int] = {}  # storage -> seq of its last hand_over
         self.seq = 0  # the index of the event being added (replay sets it)
 
     @classmethod
@@ -151,6 +154,17 @@ class HappensBefore:
     def host_access(self, thread: str, reads=(), writes=(), site: int = -1, op: str = "") -> None:
         node = self._node(thread, op or "host_access")
         self._accesses(node, thread, thread, reads, writes, site, op, "")
+
+    def hand_over(self, thread: str, reads=(), events=(), site: int = -1, op: str = "") -> None:
+        node = self._node(thread, op or "hand over", [(self._events.get(event), "event") for event in events])
+        access = Access(thread, thread, False, site, op, self.seq, 0, "")
+        met: dict[tuple, Race] = {}
+        for storage, start, end in reads:
+            since = self._handed_at.get(storage, -1)
+            self._handed_at[storage] = self.seq
+            if start < end:
+                self._check(access, node, storage, [(start, end)], met, kind="PEER", since=since)
+        self._found.extend(met.values())
 
     def stream_created(self, thread: str, stream: str) -> None:
         self._enqueue(thread, stream, "stream created")
@@ -199,6 +213,7 @@ class HappensBefore:
 
     def alloc(self, storage: int, size: int, stream: str, site: int = -1) -> None:
         self._history.pop(storage, None)
+        self._handed_at.pop(storage, None)
         self._allocations[storage] = (stream, set())
 
     def record_stream(self, storage: int, stream: str) -> None:
@@ -258,8 +273,10 @@ class HappensBefore:
                 race.reuse = reuse
             self._found.extend(met.values())
 
-    def _check(self, access: Access, node: int, storage: int, bytes_: Intervals, met: dict) -> None:
-        """Races of `access` (at `node`) on `bytes_` of `storage`, merged into `met` by earlier access."""
+    def _check(self, access: Access, node: int, storage: int, bytes_: Intervals, met: dict, kind: str | None = None,
+               since: int = -1) -> None:
+        """Races of `access` (at `node`) on `bytes_` of `storage`, merged into `met` by earlier access; `since`:
+        earlier accesses up to that seq are not candidates (a hand-over judges only writes after the last one)."""
         if not self.find_races:
             return
         uncovered = bytes_  # bytes whose last write is still to be found, scanning backwards
@@ -279,7 +296,7 @@ class HappensBefore:
                 later_reads[earlier.actor] = _union(seen, overlap)
                 if not access.is_write:
                     continue
-            if not candidate or earlier.actor == access.actor:
+            if not candidate or earlier.actor == access.actor or earlier.seq <= since:
                 continue
             if nx.has_path(self.graph, earlier_node, node):
                 continue
@@ -287,7 +304,7 @@ class HappensBefore:
             lo, hi = candidate[0][0], candidate[-1][1]
             race = met.get(key)
             if race is None:
-                met[key] = Race(race_kind(earlier, access), storage, lo, hi, earlier, access)
+                met[key] = Race(kind or race_kind(earlier, access), storage, lo, hi, earlier, access)
             else:
                 race.start, race.end = min(race.start, lo), max(race.end, hi)
 

@@ -1,4 +1,4 @@
-"""What a runtime race finding (SC201-SC203) says in words a person knows: streams, tensor, the two accesses, the fix.
+"""What a runtime race finding (SC201-SC204) says in words a person knows: streams, tensor, the two accesses, the fix.
 
 The runtime writes findings with raw identities in `extra` (instrument/races.py, instrument/watch.py): actors such as
 "cuda:0/s0", "cuda:0/s94371", "nccl:1/0", "T139872"; `earlier` / `later` access dicts (actor, thread, is_write, site,
@@ -29,7 +29,7 @@ from streamcheck.instrument.actors import NCCL, STREAM, is_host, parse
 from streamcheck.instrument.names import Names
 
 _KIND_WORDS = {"RAW": "read-after-write", "WAR": "write-after-read", "WAW": "write-after-write",
-               "FREE": "free-while-in-use", "HOST": "host-device"}
+               "FREE": "free-while-in-use", "HOST": "host-device", "PEER": "handed-over-early"}
 
 
 def is_runtime_finding(finding: Finding) -> bool:
@@ -207,6 +207,14 @@ def fix_hint(kind: str, earlier: AccessView, later: AccessView,
                f"{earlier.stream}), so the allocator waits for {user}'s work before it reuses the memory; or make "
                f"{later.stream} wait for {user} before the free")
         return missing, fix
+    if kind == "PEER":
+        stream = _code_name(earlier.actor, later.actor)
+        missing = (f"the host handed the memory to other processes at {before} before {earlier.stream} finished "
+                   f"the {earlier.verb} at {after}")
+        fix = (f"call `{stream}.synchronize()` (or `torch.cuda.synchronize()`) between the {earlier.verb} at {after} "
+               f"and the hand-over at {before} ({stream} = {earlier.stream}); a host barrier or a queue only says "
+               f"that the work was queued")
+        return missing, fix
     if earlier.launch_actor:  # the earlier access is an async collective's: its work handle was not waited for
         missing = f"nothing waited for the {earlier.op} launched at {after} before the {later.verb} at {before}"
         if is_host(later.actor):
@@ -272,6 +280,10 @@ def headline(view: RaceView) -> str:
     """The message: kind, tensor, both accesses with their streams and places."""
     later, earlier = view.later, view.earlier
     kind = _KIND_WORDS.get(view.kind, view.kind)
+    if view.kind == "PEER":
+        return (f"{kind} race on {view.tensor_name}: other processes read it from the hand-over at {later.where} "
+                f"({later.op}), not ordered after {earlier.op} on {earlier.stream} ({earlier.verb} at "
+                f"{earlier.where})")
     if view.kind == "FREE":
         return (f"{kind} race on {view.tensor_name}: freed at {later.where} while {earlier.stream} may still "
                 f"{earlier.verb} it ({earlier.op} at {earlier.where})")

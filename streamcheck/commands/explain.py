@@ -1,7 +1,7 @@
 """`streamcheck explain SC101`: print a rule's documentation from the rule catalogue (streamcheck/catalogue.py).
 
 Covers the rules package's rules, the two the scan driver reports itself (SC001 unscannable file, SC002 unused
-suppression) and the runtime detector's SC201-SC203. Without a rule id it lists them all.
+suppression) and the runtime detector's SC201-SC204. Without a rule id it lists them all.
 """
 
 from __future__ import annotations

@@ -69,6 +69,9 @@ ONE_GPU = {
     "stash_without_event_wait": ("SC201", "WAR"),
     # The program's own @triton.jit kernel writes what its source stores through (launches.py reads the source)
     "triton_kernel_write": ("SC201", "RAW"),
+    # A CUDA IPC export filled after torch recorded the export's event, handed to the consumer process by the queue
+    # put (the scanner reports the return that hands the export out; the runtime sees the put it reaches)
+    "ipc_export_handed_early": ("SC204", "PEER"),
 }
 
 
@@ -102,7 +105,8 @@ def run_example(script: Path, out: Path, nproc: int = 1) -> tuple[int, list]:
 # Examples written for the static scanner carry no markers: their two lines, found by their text instead, and how
 # often the race happens (hpz_race: 20 steps x 2 parameters whose secondary shards the all-gather reads).
 LINES_BY_TEXT = {"hpz_race": {"earlier": "param.secondary_shard.copy_(param.view(-1))",
-                              "race": "flat = torch.cat([p.secondary_shard for p in params])"}}
+                              "race": "flat = torch.cat([p.secondary_shard for p in params])"},
+                 "ipc_export_handed_early": {"race": "exports.put(produce(buf))"}}
 COUNTS = {"hpz_race": 40, "free_then_reuse": 2}
 
 
@@ -172,6 +176,19 @@ def test_async_collective_racy_on_two_ranks(tmp_path: Path) -> None:
 @two_gpus
 def test_async_collective_fixed_on_two_ranks(tmp_path: Path) -> None:
     check_fixed("async_collective", tmp_path, nproc=2)
+
+
+@pytest.mark.gpu2
+@two_gpus
+def test_symmetric_memory_racy_on_two_ranks(tmp_path: Path) -> None:
+    """Each rank's fill of its symmetric buffer, then a barrier over a gloo group: one PEER race per rank."""
+    check_racy("symmetric_memory_barrier", "SC204", "PEER", tmp_path, nproc=2)
+
+
+@pytest.mark.gpu2
+@two_gpus
+def test_symmetric_memory_fixed_on_two_ranks(tmp_path: Path) -> None:
+    check_fixed("symmetric_memory_barrier", tmp_path, nproc=2)
 
 
 def test_watch_keeps_the_program_running_and_counts_repeats(tmp_path: Path) -> None:

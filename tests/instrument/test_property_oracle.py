@@ -13,7 +13,8 @@ Programs: arbitrary sequences over 2 host threads, 2 streams of device 0, one of
 2 work handles and 2 storages of 8 bytes (few names, so that accesses meet and syncs matter; small storages, so
 that views overlap often): kernels (weighted up) and host accesses with 0-2 read and 0-2 write ranges, event
 record/wait (also as an adjacent pair, like wait_stream) and destroy, event/stream/device synchronize, thread
-start/join, stream creation, alloc/record_stream/free, sync and async collectives, work waits (blocking or not).
+start/join, stream creation, alloc/record_stream/free, sync and async collectives, work waits (blocking or not),
+hand-overs to other processes.
 
 CI runs STREAMCHECK_PROPERTY_EXAMPLES (default 3000, derandomized: about 45 s on 2 cores) programs; the long run,
 without hypothesis, on the same program shape:
@@ -89,6 +90,7 @@ program_event = st.one_of(
     _event("collective", thread=threads, stream=streams, comm=st.just(COMM), reads=ranges, writes=ranges,
            async_op=st.booleans(), work=st.sampled_from(WORK_IDS + [None]), op=st.just("c")),
     _event("work_wait", thread=threads, stream=streams, work=st.sampled_from(WORK_IDS), blocking=st.booleans()),
+    _event("hand_over", thread=threads, reads=ranges, events=st.lists(events_, max_size=1), op=st.just("p")),
 )
 
 def _flatten(items) -> list:

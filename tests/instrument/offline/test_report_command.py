@@ -115,7 +115,7 @@ def test_sarif_is_valid_against_the_schema_and_has_both_accesses(capsys):
     document = json.loads(capsys.readouterr().out)
     jsonschema.validate(document, json.loads(SARIF_SCHEMA.read_text()))
     (run,) = document["runs"]
-    assert [rule["id"] for rule in run["tool"]["driver"]["rules"]] == ["SC201", "SC202", "SC203"]
+    assert [rule["id"] for rule in run["tool"]["driver"]["rules"]] == ["SC201", "SC202", "SC203", "SC204"]
     hpz, free = run["results"]
     assert (hpz["ruleId"], hpz["occurrenceCount"], hpz["properties"]["kind"]) == ("SC201", 4, "RAW")
     assert hpz["locations"][0]["physicalLocation"]["region"]["startLine"] == 93

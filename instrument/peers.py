@@ -1,0 +1,190 @@
+"""Memory other processes read, and the host steps that hand it to them (SC204; the scanner's twin is SC107).
+
+Shared memory:
+- a CUDA IPC export: `storage._share_cuda_()`, which `torch.multiprocessing.reductions.reduce_tensor` calls, whether
+  the program calls it or a multiprocessing queue pickles a CUDA tensor. At a storage's first export torch records
+  an event on the current stream and the importing process waits for it before it reads, so the current stream's
+  work up to the export is ordered before the peers' reads; the runtime records the same event (a key of its own);
+- symmetric memory: the tensor given to `torch.distributed._symmetric_memory.rendezvous`, mapped into every process
+  of the group; nothing of the device is ordered by the rendezvous.
+Hand-overs, the host steps after which the peers may read: `dist.barrier` and `monitored_barrier` (judged after
+they return; a barrier that runs on the accelerator, NCCL's, enqueues after the current stream's work and blocks the
+host until it completed, so the thread first synchronizes with the current stream), a multiprocessing queue's `put`
+and a connection's `send` (judged before the message leaves). Each hands over every shared storage still alive, as
+one detector `hand_over` per storage with its export's event.
+
+Not seen: hand-overs through other channels (sockets, ZMQ, files, a CPU tensor's collective), a CUDA tensor that
+the queue pickles in its feeder thread after the put (judged at the next hand-over), the symmetric-memory handle's
+own device barrier, and the peers' own writes.
+"""
+
+from __future__ import annotations
+
+import sys
+import weakref
+from typing import Any
+
+import torch
+
+from .handoffs import _key
+from .launches import PatchOnImport
+from .recorder import RaceError, Recorder
+
+SYMMETRIC_MEMORY = "torch.distributed._symmetric_memory"
+
+
+class PeerHooks:
+    """Registers shared storages and emits a hand-over of each at the host steps above."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        self.recorder = recorder
+        # storage base pointer -> (weak reference to its UntypedStorage, its bytes, the export's event key or None)
+        self.shared: dict[int, tuple[Any, int, int | None]] = {}
+        self._saved: list[tuple[Any, str, Any]] = []
+        self._finders: list[PatchOnImport] = []
+
+    # ---- what is shared ---------------------------------------------------------------------------------------
+    def share(self, storage: Any, exported: bool) -> None:
+        """`storage` (an UntypedStorage on a CUDA device) is readable by other processes from now on."""
+        rec = self.recorder
+        if not rec.active or storage.device.type != "cuda" or not storage.nbytes():
+            return
+        base = storage.data_ptr()
+        known = self.shared.get(base)
+        if known is not None and known[0]() is storage:
+            return  # torch records the export's event at the first export only
+        event = None
+        if exported:
+            event = _key(storage, "ipc export")
+            thread = rec.thread_actor()
+            rec.emit("event_record", thread, event, rec.stream_actor(storage.device.index))
+        shared = self.shared
+        # The storage's Python object lives as long as the storage (torch keeps it): a dead one was freed.
+        ref = weakref.ref(storage, lambda _, base=base: shared.pop(base, None))
+        shared[base] = (ref, storage.nbytes(), event)
+
+    # ---- when it is handed over --------------------------------------------------------------------------------
+    def hand_over(self, what: str, device_ordered: bool = False) -> None:
+        rec = self.recorder
+        if not rec.active or not self.shared:
+            return
+        thread = rec.thread_actor()
+        site = rec.sites.capture(3)
+        if device_ordered and torch.cuda.is_available():
+            rec.emit("sync_stream", thread, rec.stream_actor(torch.cuda.current_device()))
+        for base, (ref, nbytes, event) in list(self.shared.items()):
+            if ref() is None:
+                continue
+            rec.emit("hand_over", thread, [(base, 0, nbytes)], [event] if event is not None else [], site, what)
+        rec.take_pending_raise()
+
+    def _guarded(self, step: Any) -> None:
+        try:
+            step()
+        except RaceError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any bug of ours must not reach the program
+            self.recorder.fail(exc)
+
+    # ---- patches ------------------------------------------------------------------------------------------------
+    def install(self) -> None:
+        hooks = self
+        share_cuda = torch.UntypedStorage._share_cuda_
+
+        def share_cuda_(storage, *args, **kwargs):
+            hooks._guarded(lambda: hooks.share(storage, exported=True))
+            return share_cuda(storage, *args, **kwargs)
+
+        self._patch(torch.UntypedStorage, "_share_cuda_", share_cuda_)
+
+        import multiprocessing.connection
+        import multiprocessing.queues
+
+        for owner, name, what in ((multiprocessing.queues.Queue, "put", "multiprocessing queue put"),
+                                  (multiprocessing.queues.SimpleQueue, "put", "multiprocessing queue put"),
+                                  (multiprocessing.connection._ConnectionBase, "send", "multiprocessing send")):
+            self._patch(owner, name, self._before(getattr(owner, name), what))
+
+        import torch.distributed as dist
+
+        if dist.is_available():
+            from torch.distributed import distributed_c10d
+
+            for name in ("barrier", "monitored_barrier"):
+                original = getattr(distributed_c10d, name)
+                wrapped = self._after_barrier(original, f"dist.{name}")
+                self._patch(distributed_c10d, name, wrapped)
+                if getattr(dist, name, None) is original:
+                    self._patch(dist, name, wrapped)
+        if SYMMETRIC_MEMORY in sys.modules:
+            self._patch_symmetric_memory(sys.modules[SYMMETRIC_MEMORY])
+        else:
+            finder = PatchOnImport(SYMMETRIC_MEMORY, self._patch_symmetric_memory)
+            self._finders.append(finder)
+            sys.meta_path.insert(0, finder)
+
+    def _before(self, original: Any, what: str) -> Any:
+        hooks = self
+
+        def handing_over(*args, **kwargs):
+            hooks._guarded(lambda: hooks.hand_over(what))
+            return original(*args, **kwargs)
+
+        return handing_over
+
+    def _after_barrier(self, original: Any, what: str) -> Any:
+        hooks = self
+
+        def barrier(*args, **kwargs):
+            result = original(*args, **kwargs)
+            if not kwargs.get("async_op"):
+                hooks._guarded(lambda: hooks.hand_over(what, on_device(what, args, kwargs)))
+            return result
+
+        return barrier
+
+    def _patch_symmetric_memory(self, module: Any) -> None:
+        original = getattr(module, "rendezvous", None)
+        if original is None:
+            return
+        hooks = self
+
+        def rendezvous(tensor, *args, **kwargs):
+            handle = original(tensor, *args, **kwargs)
+            hooks._guarded(lambda: hooks.share(tensor.untyped_storage(), exported=False))
+            return handle
+
+        self._patch(module, "rendezvous", rendezvous)
+
+    def _patch(self, owner: Any, name: str, replacement: Any) -> None:
+        self._saved.append((owner, name, owner.__dict__.get(name)))
+        setattr(owner, name, replacement)
+
+    def uninstall(self) -> None:
+        for finder in self._finders:
+            if finder in sys.meta_path:
+                sys.meta_path.remove(finder)
+        self._finders = []
+        while self._saved:
+            owner, name, original = self._saved.pop()
+            if original is None:
+                delattr(owner, name)  # it was inherited: the base class's method shows again
+            else:
+                setattr(owner, name, original)
+        self.shared.clear()
+
+
+def on_device(what: str, args: tuple, kwargs: dict) -> bool:
+    """Whether a `dist.barrier` call runs on the accelerator (NCCL's all-reduce after the current stream's work),
+    decided as torch's barrier decides it; `monitored_barrier` is gloo's, on the host."""
+    if what != "dist.barrier":
+        return False
+    try:
+        from torch.distributed import distributed_c10d as c10d
+
+        group = kwargs.get("group", args[0] if args else None) or c10d._get_default_group()
+        if kwargs.get("device_ids") or getattr(group, "bound_device_id", None) is not None:
+            return True
+        return torch._C._get_accelerator().type != "cpu" and c10d._get_object_coll_device(group) != "cpu"
+    except Exception:  # noqa: BLE001 - an unknown group: taken as a host barrier (the peers order nothing)
+        return False
