@@ -27,6 +27,7 @@ from .extract_closure_ops import ClosureOps
 from .extract_handle_flow import lists_from_calls
 from .extract_names import ESCAPING_METHODS
 from .extract_handle_objects import synthesize_handle_objects
+from .extract_host_collectives import host_collectives
 from .extract_pairs import EVENT_RECORD, EVENT_WAIT, PairFacts, positions, synthesize, taken_from
 from .options import matches_name
 from .travelling_handles import held_through, travelling_fields
@@ -710,6 +711,7 @@ class HazardCollector:
                 keep[id(fn)] |= work_aliases(fn, self.loop_links.get(id(fn), []))
         travelling = travelling_fields(facts.functions)
         for fn in facts.functions:
+            fn.host_collectives = host_collectives(fn)  # (before the flag's uses and placement are dropped)
             # (every loop is kept: a loop brings an access round again after a later one, races.loop_around)
             interesting = keep[id(fn)]
             interesting.update(p for c in fn.async_copies for p in (c.dst, c.src) if p)
