@@ -25,8 +25,9 @@ barrier or agreement, itself or through exactly resolved calls, before any host 
 `monitored_barrier` (`dist.barrier(group=g)`, `group_coordinator.barrier()`). Left out are
 - the symmetric-memory handle's own `handle.barrier()`, a kernel on the current stream, ordered after the writes
   before it;
-- a barrier or agreement that says it is NCCL's (`device_ids=...`, a `device_group`): ProcessGroupNCCL enqueues
-  it after the current stream's work and blocks the host until it completes on every rank;
+- a barrier or agreement that says it is NCCL's (`device_ids=...`, a `device_group`, or a `group=` path bound to
+  one: `group = get_tp_group().device_group`, FunctionFacts.device_groups): ProcessGroupNCCL enqueues it after the
+  current stream's work and blocks the host until it completes on every rank;
 - a method-form `group.barrier()` that the function follows with a device-wide synchronize: a ProcessGroup's
   `barrier()` returns an unwaited Work, and with NCCL the synchronize after it waits for the barrier kernel, which
   ran after every rank's earlier work (DeepGEMM's symmetric buffer: `zero_()`, `group.barrier()`,
@@ -139,7 +140,8 @@ def _own_host_hand_overs(program: Program, function: Function) -> list[HandOver]
         calls = {(call.line, call.column): call for call in function.facts.calls}
         for callee, tensor, line, column in function.facts.host_collectives:
             call = calls.get((line, column))
-            if call is not None and any(sign in arg for arg in call.args for sign in NCCL_SIGNS):
+            if call is not None and (any(sign in arg for arg in call.args for sign in NCCL_SIGNS)
+                                     or _over_device_group(program, function, call)):
                 continue
             found.append(HandOver(line, column, f"the host agreement `{callee}(...)` of `{tensor}`"))
     return found
@@ -220,7 +222,8 @@ def _host_barriers(program: Program, function: Function) -> list[Call]:
         if _last(call.callee) not in BARRIERS:
             continue
         receiver = _receiver(call.callee)
-        if receiver in handles or any(sign in arg for arg in call.args for sign in NCCL_SIGNS):
+        if receiver in handles or any(sign in arg for arg in call.args for sign in NCCL_SIGNS) \
+                or _over_device_group(program, function, call):
             continue
         if receiver not in ("dist", "torch.distributed") and _device_synchronize_after(facts, call.line):
             continue
@@ -231,3 +234,37 @@ def _host_barriers(program: Program, function: Function) -> list[Call]:
 def _device_synchronize_after(facts: FunctionFacts, line: int) -> bool:
     return any(sync.kind == "synchronize" and sync.line > line and sync.receiver.startswith(DEVICE_WIDE)
                for sync in facts.syncs)
+
+
+def _over_device_group(program: Program, function: Function, call: Call) -> bool:
+    """Whether the group a functional barrier or collective runs over (`group=g`; a barrier's first argument) is
+    a path that holds a device group at the call (`g = get_tp_group().device_group` earlier in the function, not
+    under a condition the call is outside of; for `self.g`, every method of the class that binds it binds it so):
+    an NCCL group, as if the call said `device_group` itself."""
+    group = _group_argument(call)
+    if not group:
+        return False
+    facts = function.facts
+    for path, line, until in facts.device_groups:
+        if path == group and line < call.line and (not until or call.line < until) and not any(
+                first <= line <= last and not first <= call.line <= last for first, last in facts.guarded):
+            return True
+    if not group.startswith("self.") or function.owner is None:
+        return False
+    attribute = group.split(".", 2)[1] if group.count(".") == 1 else ""
+    binders = [other for other in _of_class(program, function) if attribute in other.self_assigns]
+    return bool(binders) and all(any(path == group and not until for path, _line, until in other.device_groups)
+                                 for other in binders)
+
+
+def _group_argument(call: Call) -> str:
+    """The path given as a functional call's `group=` (or, for `dist.barrier(g)`, its first argument); "" for a
+    method of a group object or anything not a plain path."""
+    if _receiver(call.callee) not in ("dist", "torch.distributed", ""):
+        return ""
+    for arg in call.args:
+        name, _, value = arg.partition("=")
+        if name == "group" and value:
+            return value
+    positional = [arg for arg in call.args if "=" not in arg]
+    return positional[0] if positional and _last(call.callee) in BARRIERS else ""

@@ -10,8 +10,11 @@ nothing about the device work queued before it: for the peers it is a host barri
 (NCCL enqueues it after the current stream's work) is none, nor is one whose result the host never reads (the
 placement alone may be wrong: `torch.set_default_device`).
 
-Made at the end of a file's pass, before the hazard collector drops the uses and placements of names no hazard
-rule looks at (the flag is one of them).
+Besides, the spans over which a local or `self.` path holds a device group (`group = get_tp_group().device_group`,
+`FunctionFacts.device_groups`): a barrier or agreement over it runs on NCCL (cross_process.py).
+
+Both are made at the end of a file's pass, before the hazard collector drops the uses and placements of names no
+hazard rule looks at (the flag and the group are among them).
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ HOST_READS = frozenset({"item", "tolist", "numpy"})
 # Receivers of the functional collectives (`dist.all_reduce`, `torch.distributed.broadcast`); a ProcessGroup's own
 # methods (`pg.allreduce([t])`) return a Work and are asynchronous without a flag.
 MODULE_RECEIVERS = ("", "dist", "torch.distributed", "distributed", "c10d")
+# vLLM's GroupCoordinator names its NCCL (device) ProcessGroup so, beside its `cpu_group` (gloo).
+DEVICE_GROUP = "device_group"
 
 
 def host_collectives(fn: FunctionFacts) -> list[tuple[str, str, int, int]]:
@@ -63,3 +68,13 @@ def _placed(placements: list[Placement], path: str, line: int) -> str:
         return ""
     where = max(bound, key=lambda p: p.line).where
     return "host" if where in ("host", "pinned") else where
+
+
+def device_group_spans(fn: FunctionFacts) -> list[tuple[str, int, int]]:
+    """`fn.device_groups` with each binding's end: the line of the next binding of the same path (0: none)."""
+    spans = []
+    for path, line, _ in fn.device_groups:
+        later = [use.start_line or use.line for use in fn.uses
+                 if use.path == path and use.how == "rebind" and (use.start_line or use.line) > line]
+        spans.append((path, line, min(later, default=0)))
+    return spans

@@ -40,11 +40,12 @@ class SharedMemoryHandedOverEarly(Rule):
     Known problems:
         The scan cannot tell a group's backend. `dist.barrier` over an NCCL group is itself enqueued after the
         current stream's work and blocks the host until it completed on every rank, so there the finding is a
-        false alarm; a barrier written with `device_ids=` or over a `device_group` is taken as NCCL and not
-        reported. A helper in a file the scan only reads for its calls (no stream, sync or collective word) is
-        not looked into. Writes made in a callee before the hand-over are not seen, nor exports of another tensor on the
-        same storage (`base.set_(slot.untyped_storage())`). A returning exporter whose caller synchronizes before
-        it sends the export on is reported all the same.
+        false alarm; a barrier written with `device_ids=` or over a `device_group` (also through a local or an
+        attribute bound to one: `group = get_tp_group().device_group`) is taken as NCCL and not reported; a
+        group handed in as an argument is not followed. A helper in a file the scan only reads for its calls (no
+        stream, sync or collective word) is not looked into. Writes made in a callee before the hand-over are not
+        seen, nor exports of another tensor on the same storage (`base.set_(slot.untyped_storage())`). A
+        returning exporter whose caller synchronizes before it sends the export on is reported all the same.
 
     Example:
         buf = symm_mem.empty(n, device="cuda")
@@ -98,6 +99,20 @@ class Mailbox:
         self.handle = symm_mem.rendezvous(self.box, group)
         self.box.fill_(0)
         dist.barrier(group=group, device_ids=[device.index])
+""",
+        # The barrier's group is a local bound to a coordinator's device group: NCCL's (vLLM's all_reduce_mhc).
+        """
+import torch
+import torch.distributed as dist
+import torch.distributed._symmetric_memory as symm_mem
+
+def arm(n, tp):
+    group = tp.device_group
+    box = symm_mem.empty(n, device="cuda")
+    handle = symm_mem.rendezvous(box, group)
+    box.view(torch.int16).fill_(-32768)
+    dist.barrier(group=group)
+    return handle
 """,
         # A ProcessGroup's unwaited barrier() followed by a device synchronize (DeepGEMM's symmetric buffer).
         """

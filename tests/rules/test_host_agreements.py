@@ -168,3 +168,68 @@ def share(values, group):
     return t.tolist()
 """)
     assert [row[:2] for row in _facts(source, "share").host_collectives] == [("dist.broadcast", "t")]
+
+
+# --- NCCL through a local binding: `group = get_tp_group().device_group; dist.barrier(group=group)` -------------
+MAILBOX = HEADER + """
+def get_tp_group():
+    return None
+
+class Mailbox:
+    def __init__(self, n, nccl):
+        group = get_tp_group().device_group
+        {rebind}
+        self.box = symm_mem.empty(n, device="cuda")
+        self.handle = symm_mem.rendezvous(self.box, group)
+        self.box.view(torch.int16).fill_(-32768)
+        dist.barrier(group=group)
+"""
+
+
+def test_a_barrier_over_a_local_bound_to_a_device_group_is_nccls():
+    source = MAILBOX.replace("{rebind}", "pass")
+    assert _sc107(source) == []
+    line = line_of(source, "group = get_tp_group().device_group")
+    assert _facts(source, "__init__").device_groups == [("group", line, 0)]
+
+
+def test_a_local_bound_again_to_the_cpu_group_before_the_barrier_is_not():
+    source = MAILBOX.replace("{rebind}", "group = get_tp_group().cpu_group")
+    assert summary_of(_sc107(source)) == [("SC107", "car.py", line_of(source, ".fill_(-32768)"), "RAW")]
+    first, again = line_of(source, ".device_group"), line_of(source, ".cpu_group")
+    assert _facts(source, "__init__").device_groups == [("group", first, again)]
+
+
+def test_a_device_group_bound_only_under_a_condition_the_barrier_is_outside_of_is_not_ncclss():
+    source = MAILBOX.replace("        group = get_tp_group().device_group\n        {rebind}\n",
+                             "        group = get_tp_group().cpu_group\n"
+                             "        if nccl:\n"
+                             "            group = get_tp_group().device_group\n")
+    assert summary_of(_sc107(source)) == [("SC107", "car.py", line_of(source, ".fill_(-32768)"), "RAW")]
+
+
+SELF_GROUP = HEADER + """
+class Lamport:
+    def __init__(self, n, tp):
+        self.group = tp.device_group
+        self.buf = symm_mem.empty(n, device="cuda")
+        self.handle = symm_mem.rendezvous(self.buf, "tp")
+{other}
+    def arm(self):
+        self.buf.fill_(0)
+        dist.barrier(group=self.group)
+"""
+
+
+def test_a_barrier_over_an_attribute_every_method_binds_to_a_device_group_is_ncclss():
+    assert _sc107(SELF_GROUP.replace("{other}", "")) == []
+
+
+def test_an_attribute_another_method_binds_to_the_cpu_group_is_not():
+    source = SELF_GROUP.replace("{other}", "    def to_cpu(self, tp):\n        self.group = tp.cpu_group\n")
+    assert summary_of(_sc107(source)) == [("SC107", "car.py", line_of(source, "self.buf.fill_(0)"), "RAW")]
+
+
+def test_a_helpers_agreement_over_a_local_device_group_is_no_hand_over():
+    helper = AGREE_CPU.replace("    flag = torch", "    group = get_tp_group().device_group\n    flag = torch", 1)
+    assert _sc107(_source(helper)) == []
