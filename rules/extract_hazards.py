@@ -27,6 +27,7 @@ from .extract_closure_ops import ClosureOps
 from .extract_handle_flow import lists_from_calls
 from .extract_names import ESCAPING_METHODS
 from .extract_handle_objects import synthesize_handle_objects
+from .extract_host_collectives import DEVICE_GROUP, device_group_spans, host_collectives
 from .extract_pairs import EVENT_RECORD, EVENT_WAIT, PairFacts, positions, synthesize, taken_from
 from .options import matches_name
 from .travelling_handles import held_through, travelling_fields
@@ -482,6 +483,8 @@ class HazardCollector:
             where, fresh = self._placement(value)
             if where or fresh:
                 self.fn.placements.append(Placement(single, where, node.lineno, fresh, self.v.region))
+            if isinstance(value, ast.Attribute) and value.attr == DEVICE_GROUP:
+                self.fn.device_groups.append((single, node.lineno, 0))  # (until: set in finish)
         if _is_numpy_view(value):  # `a = h.numpy()` shares h's memory: the read is where `a` is used
             self.skip.update((id(value), id(value.func)))
             aliased = self._mark(value.func.value)
@@ -710,6 +713,9 @@ class HazardCollector:
                 keep[id(fn)] |= work_aliases(fn, self.loop_links.get(id(fn), []))
         travelling = travelling_fields(facts.functions)
         for fn in facts.functions:
+            fn.host_collectives = host_collectives(fn)  # (before the flag's uses and placement are dropped)
+            if fn.device_groups:
+                fn.device_groups = device_group_spans(fn)  # (before the rebinds are dropped)
             # (every loop is kept: a loop brings an access round again after a later one, races.loop_around)
             interesting = keep[id(fn)]
             interesting.update(p for c in fn.async_copies for p in (c.dst, c.src) if p)

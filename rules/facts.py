@@ -275,6 +275,15 @@ class FunctionFacts:
     # (line, column) of every `return <value>` and `yield <value>` statement: where the caller gets what the function
     # made (an exported IPC buffer goes out to another process from there: cross_process.py).
     hand_backs: list[tuple[int, int]] = field(default_factory=list)
+    # (callee, tensor path, line, column) of each blocking collective on a tensor the function made on the host and
+    # reads on the host after it (`flag = torch.tensor([ok])`, `dist.all_reduce(flag, group=g)`, `flag.item()`): an
+    # agreement that lets the other ranks go on like a host barrier (extract_host_collectives.py, cross_process.py).
+    host_collectives: list[tuple[str, str, int, int]] = field(default_factory=list)
+    # (path, line, until) of each binding of a local or `self.` path to a ProcessGroup named a device group
+    # (`group = get_tp_group().device_group`: vLLM's NCCL group of a coordinator); the path holds it from `line` up
+    # to the next binding of it at line `until` (0: to the function's end). A barrier over it is NCCL's
+    # (cross_process.py).
+    device_groups: list[tuple[str, int, int]] = field(default_factory=list)
     # (how, container, element, others, line, column): containers keeping tensors with an event, the drops of
     # their elements and the waits on those events (extract_keeps.py, kept_with_events.py).
     kept_events: list[tuple[str, str, str, str, int, int]] = field(default_factory=list)
@@ -324,6 +333,8 @@ class FunctionFacts:
         kwargs["hands_out"] = list(data.get("hands_out", ()))
         kwargs["hands_back"] = list(data.get("hands_back", ()))
         kwargs["hand_backs"] = [tuple(t) for t in data.get("hand_backs", ())]
+        kwargs["host_collectives"] = [tuple(t) for t in data.get("host_collectives", ())]
+        kwargs["device_groups"] = [tuple(t) for t in data.get("device_groups", ())]
         kwargs["kept_events"] = [tuple(t) for t in data.get("kept_events", ())]
         kwargs["handle_flow"] = [list(t) for t in data.get("handle_flow", ())]
         for key, kind in cls._parts.items():

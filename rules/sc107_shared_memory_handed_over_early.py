@@ -21,7 +21,10 @@ class SharedMemoryHandedOverEarly(Rule):
         - symmetric memory, a tensor handed to `symm_mem.rendezvous(t, group)` in the function or, for a `self.`
           attribute, anywhere in its class, followed by a host-side barrier (`dist.barrier(group=g)`,
           `tp_group.barrier()`, `monitored_barrier`). The symmetric-memory handle's own `handle.barrier()` is a
-          kernel on the current stream and orders the writes before it; it is not reported;
+          kernel on the current stream and orders the writes before it; it is not reported. A host agreement
+          counts as such a barrier: a blocking collective on a host tensor read back on the host (`flag =
+          torch.tensor([ok])`, `dist.all_reduce(flag, group=g)`, `flag.item()`), and so does the call of a helper
+          of the scanned program that makes one or a host barrier before any host wait (vLLM's `_all_ranks_true`);
         - a CUDA IPC export, a tensor given to `reduce_tensor(t)`, followed by a `return` or `yield` of the
           exporting function, which hands the export (or the news that the buffer is full) to the consumer.
         A write later in a loop body reaches a hand-over earlier in it on the next turn (a buffer refilled and
@@ -37,10 +40,12 @@ class SharedMemoryHandedOverEarly(Rule):
     Known problems:
         The scan cannot tell a group's backend. `dist.barrier` over an NCCL group is itself enqueued after the
         current stream's work and blocks the host until it completed on every rank, so there the finding is a
-        false alarm; a barrier written with `device_ids=` or over a `device_group` is taken as NCCL and not
-        reported. Writes made in a callee before the hand-over are not seen, nor exports of another tensor on the
-        same storage (`base.set_(slot.untyped_storage())`). A returning exporter whose caller synchronizes before
-        it sends the export on is reported all the same.
+        false alarm; a barrier written with `device_ids=` or over a `device_group` (also through a local or an
+        attribute bound to one: `group = get_tp_group().device_group`) is taken as NCCL and not reported; a
+        group handed in as an argument is not followed. A helper in a file the scan only reads for its calls (no
+        stream, sync or collective word) is not looked into. Writes made in a callee before the hand-over are not
+        seen, nor exports of another tensor on the same storage (`base.set_(slot.untyped_storage())`). A
+        returning exporter whose caller synchronizes before it sends the export on is reported all the same.
 
     Example:
         buf = symm_mem.empty(n, device="cuda")
@@ -95,6 +100,20 @@ class Mailbox:
         self.box.fill_(0)
         dist.barrier(group=group, device_ids=[device.index])
 """,
+        # The barrier's group is a local bound to a coordinator's device group: NCCL's (vLLM's all_reduce_mhc).
+        """
+import torch
+import torch.distributed as dist
+import torch.distributed._symmetric_memory as symm_mem
+
+def arm(n, tp):
+    group = tp.device_group
+    box = symm_mem.empty(n, device="cuda")
+    handle = symm_mem.rendezvous(box, group)
+    box.view(torch.int16).fill_(-32768)
+    dist.barrier(group=group)
+    return handle
+""",
         # A ProcessGroup's unwaited barrier() followed by a device synchronize (DeepGEMM's symmetric buffer).
         """
 import torch
@@ -127,6 +146,47 @@ def produce(tensors, size):
         used += t.numel()
     torch.cuda.current_stream().synchronize()
     yield args, used
+""",
+        # The fill is waited for before the call of a helper that agrees with the peers on the host (vLLM's
+        # `_all_ranks_true`: a CPU all_reduce read with `.item()`).
+        """
+import torch
+import torch.distributed as dist
+import torch.distributed._symmetric_memory as symm_mem
+
+def all_ranks_true(group, ok):
+    flag = torch.tensor(int(ok), dtype=torch.int32, device="cpu")
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=group)
+    return bool(flag.item())
+
+def arm(n, group):
+    buf = symm_mem.empty(n, device="cuda")
+    handle = symm_mem.rendezvous(buf, group.group_name)
+    buf.zero_()
+    torch.cuda.synchronize()
+    if not all_ranks_true(group, handle is not None):
+        return None
+    return handle
+""",
+        # A helper whose all_reduce is on a device tensor: NCCL enqueues it after the current stream's work, no
+        # host agreement.
+        """
+import torch
+import torch.distributed as dist
+import torch.distributed._symmetric_memory as symm_mem
+
+def all_ranks_true(group, ok):
+    flag = torch.tensor(int(ok), dtype=torch.int32, device="cuda")
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=group)
+    return bool(flag.item())
+
+def arm(n, group):
+    buf = symm_mem.empty(n, device="cuda")
+    handle = symm_mem.rendezvous(buf, group.group_name)
+    buf.zero_()
+    if not all_ranks_true(group, handle is not None):
+        return None
+    return handle
 """,
         # A tensor no one shares: a barrier after its write orders nothing anyone reads.
         """
@@ -179,6 +239,26 @@ class TwoShot:
             t.fill_(0)  # expect: SC107
         torch.distributed.barrier(group=group)
 """,
+        # The hand-over is a helper's host agreement: an all_reduce of a CPU tensor, read with `.item()`, lets the
+        # peers go on like a host barrier (vLLM's `_all_ranks_true` after a symmetric buffer's `zero_()`).
+        """
+import torch
+import torch.distributed as dist
+import torch.distributed._symmetric_memory as symm_mem
+
+def all_ranks_true(group, ok):
+    flag = torch.tensor(int(ok), dtype=torch.int32, device="cpu")
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=group)
+    return bool(flag.item())
+
+def arm(n, group):
+    buf = symm_mem.empty(n, device="cuda")
+    handle = symm_mem.rendezvous(buf, group.group_name)
+    buf[:64].zero_()  # expect: SC107
+    if not all_ranks_true(group, handle is not None):
+        return None
+    return handle
+""",
         # A refilled IPC buffer yielded chunk by chunk: the copy of one turn reaches the next turn's yield.
         """
 import torch
@@ -200,7 +280,7 @@ def produce(tensors, size):
     def check(self, program: Program) -> Iterable[Finding]:
         for function in program.functions.values():
             facts = function.facts
-            if not may_hand_over(facts):
+            if not may_hand_over(program, function):
                 continue
             shared = shared_tensors(program, function)
             writes = [access for access in facts.accesses
