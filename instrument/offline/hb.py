@@ -10,7 +10,7 @@ with an edge from the last node of every actor (or event / work) it is ordered a
   N node; a blocking collective adds a node on S after it; work_wait adds an S node (and, blocking, a T node)
   after the remembered N node;
 - thread_start: a node on the child after the parent; thread_join: a node on the parent after the child;
-- hand_over by T: a node on T after the given events' nodes; the last writes of its bytes since the storage's
+- hand_over by T: a node on no chain after T's last node and the given events' nodes; the last writes of its bytes since the storage's
   previous hand-over with no path to it race as PEER (nothing is added to the history);
 - host_access: a node on T; free: pending until the allocation (pool) stream's next kernel or collective launch,
   then a node on no chain after that work's node and after every stream given to record_stream as it stood at
@@ -156,7 +156,10 @@ class HappensBefore:
         self._accesses(node, thread, thread, reads, writes, site, op, "")
 
     def hand_over(self, thread: str, reads=(), events=(), site: int = -1, op: str = "") -> None:
-        node = self._node(thread, op or "hand over", [(self._events.get(event), "event") for event in events])
+        # on no chain: what the peers are ordered after orders nothing of this process
+        node = self._node(None, op or "hand over",
+                          [(self.last(thread), "hand over")] + [(self._events.get(event), "event") for event in events])
+        self.graph.nodes[node]["actor"] = thread
         access = Access(thread, thread, False, site, op, self.seq, 0, "")
         met: dict[tuple, Race] = {}
         for storage, start, end in reads:

@@ -171,3 +171,13 @@ def test_a_cpu_storage_is_never_shared_and_uninstall_restores_everything():
 
 def test_monitored_barrier_is_a_host_barrier():
     assert on_device("dist.monitored_barrier", (), {}) is False
+
+
+def test_a_hand_over_orders_nothing_of_this_process():
+    """The peers wait for the export's event; the handing thread does not: its later access still races."""
+    events = [{"e": "host_access", "thread": "T0", "writes": [[2, 0, 8]], "op": "h"},
+              {"e": "event_record", "thread": "T0", "event": EXPORT, "stream": S0},
+              {"e": "hand_over", "thread": "T1", "reads": [[2, 0, 8]], "events": [EXPORT], "op": "p"},
+              {"e": "host_access", "thread": "T1", "writes": [[2, 0, 8]], "op": "h"}]
+    for races in _races(events):
+        assert races == [("HOST", 2, 0, 8, 0, 3)]
