@@ -28,7 +28,8 @@ _MASK = (1 << 62) - 1
 OWN_THREAD_PREFIX = "streamcheck-"  # threads streamcheck starts are named so (trace.py's flusher)
 
 
-def _key(*parts: Any) -> int:
+def host_event_key(*parts: Any) -> int:
+    """A detector event key for an edge the host makes (never a CUDA event handle: those are not negative)."""
     return -1 - (hash(tuple(id(part) for part in parts)) & _MASK)
 
 
@@ -56,12 +57,12 @@ def install_handoffs(rec: Recorder, patch: Callable[[Any, str, Any], None]) -> N
     put, get = queue.Queue.put, queue.Queue.get
 
     def queue_put(self, item, block=True, timeout=None):
-        release(_key(self, item))
+        release(host_event_key(self, item))
         return put(self, item, block, timeout)
 
     def queue_get(self, block=True, timeout=None):
         item = get(self, block, timeout)
-        acquire(_key(self, item), destroy=True)
+        acquire(host_event_key(self, item), destroy=True)
         return item
 
     patch(queue.Queue, "put", queue_put)
@@ -70,13 +71,13 @@ def install_handoffs(rec: Recorder, patch: Callable[[Any, str, Any], None]) -> N
     event_set, event_wait = threading.Event.set, threading.Event.wait
 
     def set_(self):
-        release(_key(self))
+        release(host_event_key(self))
         return event_set(self)
 
     def wait(self, timeout=None):
         done = event_wait(self, timeout)
         if done:
-            acquire(_key(self))
+            acquire(host_event_key(self))
         return done
 
     patch(threading.Event, "set", set_)
@@ -85,13 +86,13 @@ def install_handoffs(rec: Recorder, patch: Callable[[Any, str, Any], None]) -> N
     notify, condition_wait = threading.Condition.notify, threading.Condition.wait
 
     def notify_(self, n=1):
-        release(_key(self))
+        release(host_event_key(self))
         return notify(self, n)
 
     def condition_wait_(self, timeout=None):
         done = condition_wait(self, timeout)
         if done:
-            acquire(_key(self))
+            acquire(host_event_key(self))
         return done
 
     patch(threading.Condition, "notify", notify_)  # notify_all calls notify
@@ -101,11 +102,11 @@ def install_handoffs(rec: Recorder, patch: Callable[[Any, str, Any], None]) -> N
 
     def enter_(self):  # `with condition:` takes its lock: ordered after the last thread that left it
         held = enter(self)
-        acquire(_key(self))
+        acquire(host_event_key(self))
         return held
 
     def exit_(self, *exc):
-        release(_key(self))
+        release(host_event_key(self))
         return leave(self, *exc)
 
     patch(threading.Condition, "__enter__", enter_)
@@ -116,7 +117,7 @@ def install_handoffs(rec: Recorder, patch: Callable[[Any, str, Any], None]) -> N
     lock = threading.Lock()
 
     def barrier_wait_(self, timeout=None):
-        key = _key(self, threading.current_thread())
+        key = host_event_key(self, threading.current_thread())
         release(key)
         with lock:
             keys = arrivals.setdefault(id(self), [])

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from .handoffs import _key
+from .handoffs import host_event_key
 from .launches import PatchOnImport
 from .recorder import RaceError, Recorder
 
@@ -55,7 +55,7 @@ class PeerHooks:
             return  # torch records the export's event at the first export only
         event = None
         if exported:
-            event = _key(storage, "ipc export")
+            event = host_event_key(storage, "ipc export")
             thread = rec.thread_actor()
             rec.emit("event_record", thread, event, rec.stream_actor(storage.device.index))
         shared = self.shared

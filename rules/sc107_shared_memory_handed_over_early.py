@@ -28,7 +28,8 @@ class SharedMemoryHandedOverEarly(Rule):
         - a CUDA IPC export, a tensor given to `reduce_tensor(t)`, followed by a `return` or `yield` of the
           exporting function, which hands the export (or the news that the buffer is full) to the consumer.
         A write later in a loop body reaches a hand-over earlier in it on the next turn (a buffer refilled and
-        yielded chunk by chunk). The models are in cross_process.py.
+        yielded chunk by chunk). The models are in cross_process.py. The runtime twin, SC204, sees the same
+        race in a run, at the host barrier or the multiprocessing queue put or send that hands the memory over.
 
     Why it is bad:
         The write is only queued when the barrier runs. The barrier tells the peer processes that the buffer is
