@@ -142,5 +142,5 @@ def test_streamcheck_own_threads_handoffs_are_not_events(rec):
     worker = threading.Thread(target=flusher_like, name="streamcheck-trace-flush")
     worker.start()
     worker.join()
-    assert handoffs._key(handoff, 1) not in rec.sink.clocks.of_event  # its put recorded nothing
+    assert handoffs.host_event_key(handoff, 1) not in rec.sink.clocks.of_event  # its put recorded nothing
     assert handoff.get() == 1
