@@ -395,10 +395,16 @@ class _PlainFactsVisitor(_FactsVisitor):
                         continue
                 elif item is None or kind is ast.Constant:  # (None: `{**d}` in Dict.keys, an absent field)
                     continue
+                elif kind is _KEYWORD or kind is _ARG:  # `f(k=v)`, `def f(x: int)`: the same for the value
+                    base = item.value if kind is _KEYWORD else item.annotation
+                    while base.__class__ is _ATTRIBUTE:
+                        base = base.value
+                    if base is None or base.__class__ is _NAME or base.__class__ is ast.Constant:
+                        continue  # (a keyword's value or an annotation is always read: a name in it is a load)
                 (methods.get(kind) or self._method_of(kind))(self, item)  # (visit, inlined)
 
 
-_NAME, _ATTRIBUTE, _LOAD = ast.Name, ast.Attribute, ast.Load
+_NAME, _ATTRIBUTE, _LOAD, _KEYWORD, _ARG = ast.Name, ast.Attribute, ast.Load, ast.keyword, ast.arg
 
 
 TENSOR_ANNOTATION_WORDS = frozenset({"Tensor", "torch.Tensor", "None", "Optional", "typing.Optional"})
