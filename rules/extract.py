@@ -460,12 +460,16 @@ def _property_value(node: ast.FunctionDef | ast.AsyncFunctionDef) -> str | None:
 
 def _drop_unrecorded_stores(fn: FunctionFacts) -> None:
     """Keep `container.append(name)` only for names of events this function records (events that travel)."""
+    if not fn.syncs:  # (every function of a plain file, most of a detailed one's)
+        return
     recorded = {s.receiver for s in fn.syncs if s.kind == "record"}
     fn.syncs = [s for s in fn.syncs if s.kind != "store" or s.arg in recorded]
 
 
 def _drop_unwritten_locals(fn: FunctionFacts) -> None:
     """A plain local name only matters to the rules when the same function writes it: keep the facts small."""
+    if not fn.accesses:  # (every function of a plain file)
+        return
     written = {a.path for a in fn.accesses if a.kind == "write" and "." not in a.path}
     params = set(fn.params)  # what a helper does to its parameters is what its callers do (summaries.py)
     derived = {local for local, _source, _line in fn.derived}  # an element of an input (aliasing.from_outside)
