@@ -4,8 +4,11 @@ it per kind of file in CPU seconds, or profile it.
     python benchmarks/extraction_facts.py dump FOLDER OUT.jsonl       # FileFacts.to_dict of each file, in path order
     python benchmarks/extraction_facts.py time FOLDER [--repeat N]     # CPU s: prefilter, detailed, plain (median)
     python benchmarks/extraction_facts.py profile FOLDER [--top N]     # cProfile, by tottime and by cumtime
-    python benchmarks/extraction_facts.py ab FOLDER BASE_RULES [--repeat N]   # CPU s: another checkout's rules/
-                                                                     # vs these, file by file in one process
+    python benchmarks/extraction_facts.py parse FOLDER [--repeat N]    # CPU s: ast.parse alone, per kind of file
+                                                                     # (the floor of the facts pass: no visitor)
+    python benchmarks/extraction_facts.py ab FOLDER BASE_RULES [--repeat N] [--only plain|detailed]
+                                                                     # CPU s: another checkout's rules/ vs these,
+                                                                     # file by file in one process
 
 Two dumps of the same folder made before and after a change must be byte-identical (`cmp`). CPU time
 (time.process_time) is used since the machine may be shared; compare medians of alternating runs. `ab` is the
@@ -84,6 +87,35 @@ def timings(folder: Path, repeat: int) -> None:
         print(f"  {key:<10} median {statistics.median(values):6.3f}   runs " + " ".join(f"{v:.3f}" for v in values))
 
 
+def parse_only(folder: Path, repeat: int) -> None:
+    """What ast.parse alone costs, per kind of file, against the whole pass: the part no visitor change can cut."""
+    import ast
+
+    options = StaticOptions()
+    files = [(path, text, needs_detail(text, options)) for path, text in sources(folder)]
+    runs: dict[str, list[float]] = {"parse detailed": [], "parse plain": [], "extract detailed": [],
+                                    "extract plain": []}
+    for _ in range(repeat):
+        spent = dict.fromkeys(runs, 0.0)
+        for path, text, detailed in files:
+            kind = "detailed" if detailed else "plain"
+            started = time.process_time()
+            try:
+                ast.parse(text, filename=path)
+            except (SyntaxError, ValueError):
+                pass
+            middle = time.process_time()
+            one(text, path, options, detailed)
+            spent["parse " + kind] += middle - started
+            spent["extract " + kind] += time.process_time() - middle
+        for key, value in spent.items():
+            runs[key].append(value)
+    print(f"{folder}: {len(files)} files; CPU s, median of {repeat} (parse: ast.parse alone, the tree dropped; "
+          f"extract: the whole facts pass, its parse included)")
+    for key, values in runs.items():
+        print(f"  {key:<17} median {statistics.median(values):6.3f}   runs " + " ".join(f"{v:.3f}" for v in values))
+
+
 def profile(folder: Path, top: int) -> None:
     options = StaticOptions()
     files = sources(folder)
@@ -96,7 +128,7 @@ def profile(folder: Path, top: int) -> None:
         pstats.Stats(profiler).sort_stats(key).print_stats(top)
 
 
-def ab(folder: Path, base_rules: Path, repeat: int) -> None:
+def ab(folder: Path, base_rules: Path, repeat: int, only: str | None = None) -> None:
     import importlib
     import shutil
     import tempfile
@@ -108,6 +140,8 @@ def ab(folder: Path, base_rules: Path, repeat: int) -> None:
     base_options = importlib.import_module("base_rules.options").StaticOptions()
     options = StaticOptions()
     files = [(path, text, needs_detail(text, options)) for path, text in sources(folder)]
+    if only is not None:  # one kind of file: a change to one pass is not lost in the other's time
+        files = [row for row in files if row[2] == (only == "detailed")]
     runs: dict[str, list[float]] = {"base": [], "new": []}
     for round_ in range(repeat):
         spent = {"base": 0.0, "new": 0.0}
@@ -128,18 +162,19 @@ def ab(folder: Path, base_rules: Path, repeat: int) -> None:
         print(f"  run {round_ + 1}: base {spent['base']:.3f}  new {spent['new']:.3f}  new/base "
               f"{spent['new'] / spent['base']:.3f}", flush=True)
     base, new = statistics.median(runs["base"]), statistics.median(runs["new"])
-    print(f"{folder}: {len(files)} files; extraction CPU s (median of {repeat}): base {base:.3f}, new {new:.3f}, "
+    print(f"{folder}: {len(files)} {only + ' ' if only else ''}files; extraction CPU s (median of {repeat}): base {base:.3f}, new {new:.3f}, "
           f"new/base {new / base:.3f}")
     shutil.rmtree(scratch, ignore_errors=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=("dump", "time", "profile", "ab"))
+    parser.add_argument("command", choices=("dump", "time", "profile", "ab", "parse"))
     parser.add_argument("folder", type=Path)
     parser.add_argument("out", type=Path, nargs="?", help="dump: the output file; ab: the base rules/ folder")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--top", type=int, default=40)
+    parser.add_argument("--only", choices=("plain", "detailed"), help="ab: only the files of this kind")
     args = parser.parse_args()
     warnings.simplefilter("ignore")  # the parser's warnings about the scanned code
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 20_000))
@@ -149,7 +184,9 @@ def main() -> None:
     elif args.command == "time":
         timings(args.folder, args.repeat)
     elif args.command == "ab":
-        ab(args.folder, args.out, args.repeat)
+        ab(args.folder, args.out, args.repeat, args.only)
+    elif args.command == "parse":
+        parse_only(args.folder, args.repeat)
     else:
         profile(args.folder, args.top)
 

@@ -1,5 +1,5 @@
 """The facts pass's shortcuts (issue 18) answer what the plain versions answer: the prefilter's name test by
-shortest names, the line-break test, index texts without ast.unparse, fact objects built through __dict__."""
+shortest names, the line-break test, index texts without ast.unparse, fact objects built through __dict__, the plain visitor's left-out nodes."""
 
 from __future__ import annotations
 
@@ -8,12 +8,13 @@ import pickle
 import random
 import re
 from dataclasses import FrozenInstanceError, replace
+from pathlib import Path
 
 import pytest
 
-from streamcheck.rules.extract import _OTHER_LINE_BREAKS, _other_line_breaks
+from streamcheck.rules.extract import _OTHER_LINE_BREAKS, _FactsVisitor, _other_line_breaks, _PlainFactsVisitor
 from streamcheck.rules.extract_paths import index_of
-from streamcheck.rules.facts import Call, Use
+from streamcheck.rules.facts import Call, FileFacts, Use
 from streamcheck.rules.options import StaticOptions, matches_name
 from streamcheck.rules.prefilter import _cores, _names, _names_in
 
@@ -68,3 +69,43 @@ def test_a_dotted_name_matches_as_a_whole_or_after_a_dot():
     assert matches_name("get_accelerator().stream_context", names)
     assert not matches_name("mytorch.cuda.stream", names) and not matches_name("x.yz", names)
     assert matches_name("q.x.y", names) and not matches_name("qx.y", names)
+
+
+# Plain-file code for the plain visitor's shortcuts: bound and read names, attributes, keywords and annotations
+# that are names, constants or attribute chains (left out) or hold calls (visited), forwarding lambdas, attributes
+# of self, functions held by attributes, conditional blocks and expressions.
+PLAIN_SNIPPETS = [
+    "import os\nfrom . import sub as s\nx = os.path.join(a, b=c, d=1, e=True)\n",
+    "class C(Base, metaclass=M):\n    def f(self, a: int, b: 'zero.Stage3', *r, k: t.X = g(), **kw) -> h():\n"
+    "        self.a = self.b = helper\n        self.c: int = make(k=lambda y=q(): y)\n"
+    "        for i, (j, k) in enumerate(z(w)):\n            if i: return f(j)\n        else:\n            raise E(k)\n",
+    "def helper(): pass\ndef g(opt: Stage3):\n    opt.step = lambda closure=None: step(opt, closure, k=opt)\n"
+    "    x.y = helper\n    with ctx(a) as (m, n), other:\n        y = [v(u) for u in w if p(u)] or {k: f(k) for k in d}\n",
+    "async def a(x):\n    async with s:\n        await x.f(*xs, **{k: v})\n    async for i in g():\n        yield i\n"
+    "    try:\n        q(x[f(1)], k=x[0].y, j='s'.join(z))\n    except (E, F) as e:\n        r(e)\n    finally:\n"
+    "        t()\n    while c(): del d[e()]\n    assert x(), m(f'{y(1)!r:>{w(2)}}')\n",
+    "match c():\n    case [a, *b] if g(a): f(b)\n    case {'k': v}: h(v)\n    case P(x=1): pass\n"
+    "@dec(arg)\n@d2.e\nclass K:\n    @property\n    def s(self):\n        return torch.cuda.current_stream()\n",
+]
+
+
+@pytest.mark.parametrize("source", PLAIN_SNIPPETS + sorted(
+    str(path) for path in (Path(__file__).parents[2] / "rules").glob("extract*.py")),
+    ids=lambda source: Path(source).name if source.endswith(".py") else None)
+def test_the_plain_visitor_gives_the_facts_the_full_visitor_gives_a_plain_file(source):
+    """_PlainFactsVisitor leaves out nodes and tests that hold no fact of a plain file: the full visitor, told
+    the file is plain (detailed=False), must find exactly the same facts."""
+    if source.endswith(".py"):
+        path, source = source, Path(source).read_text(encoding="utf-8")
+    else:
+        path = "pkg/mod.py"
+    found = []
+    for visitor_class in (_PlainFactsVisitor, _FactsVisitor):
+        facts = FileFacts(path=path, module="pkg.mod", is_package=False, detailed=False)
+        visitor = visitor_class(facts, source.splitlines(), StaticOptions(), False)
+        visitor.lines_as_parsed = True
+        visitor.run(ast.parse(source))
+        visitor.release()
+        found.append(facts.to_dict())
+    assert found[0] == found[1]
+    assert any(fn["calls"] for fn in found[0]["functions"])  # (the code has facts to compare)
