@@ -80,6 +80,8 @@ def streamcheck(tree: Path, folder: str, cache: Path, jobs: int, env: dict[str, 
     command = [sys.executable, "-m", "streamcheck.cli", "scan", "--format", report, "--no-progress",
                "--show-timings", "--cache-dir", str(cache), "--jobs", str(jobs), folder]
     run, out, err = timed(command, tree, env, timeout)
+    if not run.error and report == "json" and not out.lstrip().startswith("{"):
+        run.error = f"no JSON report: {err.strip()[-400:]}"  # e.g. an interpreter without streamcheck
     if not run.error:
         # the text report: one `path:line:column: SCnnn ...` line per finding
         run.findings = len(json.loads(out)["findings"]) if report == "json" else len(TEXT_FINDING.findall(out))
