@@ -7,10 +7,12 @@ Shared memory:
   work up to the export is ordered before the peers' reads; the runtime records the same event (a key of its own);
 - symmetric memory: the tensor given to `torch.distributed._symmetric_memory.rendezvous`, mapped into every process
   of the group; nothing of the device is ordered by the rendezvous.
-Hand-overs, the host steps after which the peers may read: `dist.barrier` and `monitored_barrier` (judged after
-they return; a barrier that runs on the accelerator, NCCL's, enqueues after the current stream's work and blocks the
-host until it completed, so the thread first synchronizes with the current stream), a multiprocessing queue's `put`
-and a connection's `send` (judged before the message leaves). Each hands over every shared storage still alive, as
+Hand-overs, the host steps after which the peers may read: `dist.barrier` and `monitored_barrier`, and the object
+collectives that carry IPC handles to the peers (`all_gather_object`, `broadcast_object_list`, `gather_object`,
+`scatter_object_list`, `send_object_list`), judged after they return: one that runs on the accelerator (NCCL's)
+enqueues after the current stream's work and blocks the host until it completed, so the thread first synchronizes
+with the current stream; a multiprocessing queue's `put` and a connection's `send`, judged before the message
+leaves. Each hands over every shared storage still alive, as
 one detector `hand_over` per storage with its export's event.
 
 Not seen: hand-overs through other channels (sockets, ZMQ, files, a CPU tensor's collective), a CUDA tensor that
@@ -20,6 +22,7 @@ own device barrier, and the peers' own writes.
 
 from __future__ import annotations
 
+import inspect
 import sys
 import weakref
 from typing import Any
@@ -31,6 +34,9 @@ from .launches import PatchOnImport
 from .recorder import RaceError, Recorder
 
 SYMMETRIC_MEMORY = "torch.distributed._symmetric_memory"
+# torch.distributed calls after which the peers may read: barriers, and the object collectives IPC handles travel by
+HOST_STEPS = ("barrier", "monitored_barrier", "all_gather_object", "broadcast_object_list", "gather_object",
+              "scatter_object_list", "send_object_list")
 
 
 class PeerHooks:
@@ -110,8 +116,10 @@ class PeerHooks:
         if dist.is_available():
             from torch.distributed import distributed_c10d
 
-            for name in ("barrier", "monitored_barrier"):
-                original = getattr(distributed_c10d, name)
+            for name in HOST_STEPS:
+                original = getattr(distributed_c10d, name, None)
+                if original is None:
+                    continue
                 wrapped = self._after_barrier(original, f"dist.{name}")
                 self._patch(distributed_c10d, name, wrapped)
                 if getattr(dist, name, None) is original:
@@ -138,7 +146,7 @@ class PeerHooks:
         def barrier(*args, **kwargs):
             result = original(*args, **kwargs)
             if not kwargs.get("async_op"):
-                hooks._guarded(lambda: hooks.hand_over(what, on_device(what, args, kwargs)))
+                hooks._guarded(lambda: hooks.hand_over(what, on_device(original, args, kwargs)))
             return result
 
         return barrier
@@ -174,17 +182,19 @@ class PeerHooks:
         self.shared.clear()
 
 
-def on_device(what: str, args: tuple, kwargs: dict) -> bool:
-    """Whether a `dist.barrier` call runs on the accelerator (NCCL's all-reduce after the current stream's work),
-    decided as torch's barrier decides it; `monitored_barrier` is gloo's, on the host."""
-    if what != "dist.barrier":
+def on_device(step: Any, args: tuple, kwargs: dict) -> bool:
+    """Whether a call of one of HOST_STEPS runs on the accelerator (NCCL's collective after the current stream's
+    work), decided as torch decides it for barriers and object collectives; `monitored_barrier` is gloo's."""
+    name = getattr(step, "__name__", "")
+    if name == "monitored_barrier":
         return False
     try:
         from torch.distributed import distributed_c10d as c10d
 
-        group = kwargs.get("group", args[0] if args else None) or c10d._get_default_group()
-        if kwargs.get("device_ids") or getattr(group, "bound_device_id", None) is not None:
+        bound = inspect.signature(step).bind_partial(*args, **kwargs).arguments
+        group = bound.get("group") or c10d._get_default_group()
+        if name == "barrier" and (bound.get("device_ids") or getattr(group, "bound_device_id", None) is not None):
             return True
         return torch._C._get_accelerator().type != "cpu" and c10d._get_object_coll_device(group) != "cpu"
-    except Exception:  # noqa: BLE001 - an unknown group: taken as a host barrier (the peers order nothing)
+    except Exception:  # noqa: BLE001 - an unknown group: taken as the host's (the peers order nothing)
         return False

@@ -62,7 +62,8 @@ RUNTIME_RULES = {info.id: info for info in (
         "memory other processes read handed over while a stream still writes it, seen at runtime",
         "Reports a device write to memory that other processes read (a tensor exported for CUDA IPC with\n"
         "`reduce_tensor`, or passed to `symm_mem.rendezvous`) that had not finished when the host handed the\n"
-        "memory over: a host barrier (`dist.barrier`, `monitored_barrier`), or a `multiprocessing` queue put or\n"
+        "memory over: a host barrier (`dist.barrier`, `monitored_barrier`), an object collective that carries\n"
+        "the handles (`all_gather_object`, `broadcast_object_list`, ...), or a `multiprocessing` queue put or\n"
         "pipe send. The peers' reads are ordered after the host's own present (what it synchronized with) and,\n"
         "for an IPC export, after the current stream's work at the first export (torch records an event there\n"
         "and the importer waits for it), and after nothing else. A barrier over an NCCL group orders the\n"

@@ -170,7 +170,28 @@ def test_a_cpu_storage_is_never_shared_and_uninstall_restores_everything():
 
 
 def test_monitored_barrier_is_a_host_barrier():
-    assert on_device("dist.monitored_barrier", (), {}) is False
+    import torch.distributed as dist
+
+    assert on_device(dist.monitored_barrier, (), {}) is False
+
+
+def test_an_object_collective_over_gloo_hands_over_on_the_host(hooks, tmp_path):
+    """A one-rank gloo group: all_gather_object (how IPC handles travel) hands the shared storages over, after the
+    call, with no device ordering (gloo's object collectives run on the host)."""
+    import torch.distributed as dist
+
+    peers, sink = hooks
+    storage = torch.zeros(16).untyped_storage()
+    peers.shared[storage.data_ptr()] = (weakref.ref(storage), storage.nbytes(), None)
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        gathered = [None]
+        dist.all_gather_object(gathered, {"handle": 1})
+    finally:
+        dist.destroy_process_group()
+    assert gathered == [{"handle": 1}]
+    assert sink.calls == [("hand_over", [(storage.data_ptr(), 0, 64)], [], "dist.all_gather_object")]
 
 
 def test_a_hand_over_orders_nothing_of_this_process():
