@@ -78,13 +78,11 @@ def _sibling_takers(program: Program, writer: Function, write: Access) -> list[t
     for other in program.functions_of_class(writer):
         if other is writer:
             continue
-        takes = [line for _local, source, line in other.facts.derived if source in kept] + [
-            a.line for a in other.facts.accesses if a.path in kept]
+        takes = [(line, source) for _local, source, line in other.facts.derived if source in kept] + [
+            (a.line, a.path) for a in other.facts.accesses if a.path in kept]
         if takes:
-            line = min(takes)
-            found.append((other, next(a for a in sorted(kept) if any(
-                source == a and at == line for _l, source, at in other.facts.derived) or any(
-                x.path == a and x.line == line for x in other.facts.accesses)), line))
+            line, attr = min(takes)
+            found.append((other, attr, line))
     return found
 
 

@@ -62,7 +62,10 @@ class CrossStreamConsumer(Rule):
         when full and then copied into: DeepSpeed PR #8080). A local this function
         wrote and then handed to other code (`module.forward(batch)`) is read there, on the stream current at
         the call; what an awaitable's `wait()` hands back inside `with stream(s):` is s's output. A side-stream
-        write handed out of a function to readers on the current stream is waited for on every way out: a
+        write handed out of a function to readers on the current stream is waited for on every way out (into
+        the elements of a parameter the method keeps on `self`, the readers are the other methods of its class
+        that take that attribute out: an event recorded after the write and kept on `self` orders it only where
+        it is waited, outside_consumers.py, torchrec's maglev awaitable); a
         function that makes the current stream wait for it in one arm of an if/else and not in the other
         (waits_on_one_way.py), or a hook (a function the scan only hands over as a value) that has a side stream
         work on its own parameters through a call and returns with no wait after it (hook_handoffs.py), leaves
