@@ -28,7 +28,7 @@ from .aliasing import derived_paths, from_outside
 from .collectives import launched_async
 from .extract import ALIAS
 from .facts import NO_REGION, Access
-from .orderings import EVENT, orderings_in_program, recorded_streams, waits_for
+from .orderings import EVENT, orderings_in_program, orderings_of, recorded_streams, waits_for
 from .program import Function, Program
 from .races import Context, contexts, exits_before, matching, ordered_after
 from .rule import handed_out_extra, insert_edit, location, way_of
@@ -47,7 +47,11 @@ def writes_for_outside_consumers(program: Program, rule_id: str) -> Iterable[Fin
         takers = _sibling_takers(program, writer, write)
         consumers = frozenset(taker.id for taker, _attr, _line in takers)
         for ctx in contexts(program, writer, write):
-            if ctx.stream in (CURRENT_STREAM, UNKNOWN) or _ever_waited_for(program, ctx.stream, writer):
+            if ctx.stream in (CURRENT_STREAM, UNKNOWN):
+                continue
+            # With the readers known (the class's takers), their own waits say whether the hand-over is made, not
+            # some wait elsewhere in the program that may cover a handed-in stream.
+            if _taker_waits(program, takers) if takers else _ever_waited_for(program, ctx.stream, writer):
                 continue
             if ordered_after(program, ctx, ctx.stream, CURRENT_STREAM, consumers):
                 continue
@@ -84,6 +88,19 @@ def _sibling_takers(program: Program, writer: Function, write: Access) -> list[t
             line, attr = min(takes)
             found.append((other, attr, line))
     return found
+
+
+def _taker_waits(program: Program, takers: list[tuple[Function, str, int]]) -> bool:
+    """Some taker orders its stream or the host before it takes the attribute out: a wait, a synchronize, or a
+    call of a function that performs one (any stream or event: the kept event may be waited through a name the
+    engine does not tie to it, `torch.cuda.current_stream().wait_stream(self._stream)`)."""
+    for taker, _attr, line in takers:
+        if any(o.line < line for o in orderings_of(program, taker)):
+            return True
+        if any(call.line < line and any(program.performs_wait(edge.callee) for edge in edges)
+               for call, edges in program.exact_edges_of(taker.id)):
+            return True
+    return False
 
 
 def _may_follow(writer: Function, write: Access, reader: Function, read: Access) -> bool:

@@ -369,3 +369,21 @@ def test_a_caller_waiting_the_stream_after_construction_orders_them():
         return awaitable
     """
     assert findings_of({"m.py": caller}, select={"SC101"}) == []
+
+
+def test_the_sibling_waiting_the_kept_stream_orders_them():
+    fixed = AWAITABLE.replace("WAIT", "torch.cuda.current_stream().wait_stream(self._stream)").replace(
+        "self._done = done", "self._done = done\n            self._stream = stream")
+    assert findings_of({"m.py": fixed}) == []
+
+
+def test_a_wait_elsewhere_in_the_program_does_not_stand_for_the_sibling_s():
+    racy = AWAITABLE.replace("WAIT", "pass")
+    other = """
+        import torch
+
+        def drain(stream):
+            torch.cuda.current_stream().wait_stream(stream)
+    """
+    found = summary_of(findings_of({"m.py": racy, "other.py": other}, select={"SC101"}))
+    assert found == [("SC101", "m.py", line_of(racy, "dist.all_to_all_single"), "RAW")]
