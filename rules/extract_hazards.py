@@ -734,8 +734,11 @@ class HazardCollector:
                                    and u.path in fn.params)
             # A container store of a kept tensor (`state[key] = buf`) says where it went (release_after_side_use.py).
             stores = {u.line for u in fn.uses if u.how == "escape" and u.path in interesting}
+            # `self._done = done` of an event the function records: the attribute holds it (races._kept_for_host_waits)
+            recorded = {s.receiver for s in fn.syncs if s.kind == "record"}
             fn.uses = [u for u in fn.uses if u.path in interesting or u.how == "wait"  # waits: for callers too
-                       or (u.arg == "[]=" and u.line in stores)]
+                       or (u.arg == "[]=" and u.line in stores)
+                       or (u.how == "escape" and u.path in recorded and u.arg.startswith("self."))]
             fn.placements = [p for p in fn.placements if p.path in interesting or p.path.startswith("self.")]
             for line in [u.line for u in fn.uses] + [c.line for c in fn.async_copies] + [
                     w.line for w in fn.async_works] + [fn.end_line]:

@@ -287,11 +287,15 @@ def _kept_for_host_waits(program: "Program", function: Function, event: str, con
     attribute's events the program makes is the host's (`self.param_reduce_events.popleft().synchronize()`: back-
     pressure on the oldest), or nothing in the scan waits for them at all (vLLM's engram prefetch keeps `(out, done)`
     in `self._buffers` and its `forward` takes the pair out by key: without its `wait_event(done)` no wait of the
-    container's events is left). Nothing travels out of sight to that reader: a host wait orders the write only where
+    container's events is left), or the attribute itself (`self._data_done_event = data_done_event`, torchrec's
+    maglev awaitable, whose `_wait_impl` waits it). Nothing travels out of sight to that reader: a host wait orders the write only where
     it runs, which the race query judges by position like any other ordering. (A reader in another class may still
     be handed the event in ways the lint does not follow: vLLM's double-buffered copy events.)"""
     kept = [event_id(program, function, sync.receiver) for sync in function.facts.syncs
             if sync.kind == "store" and sync.arg == event and sync.receiver.startswith("self.")]
+    # `self._data_done_event = data_done_event` (torchrec's maglev awaitable): the attribute holds the event
+    kept += [event_id(program, function, use.arg) for use in function.facts.uses
+             if use.how == "escape" and use.path == event and use.arg.startswith("self.") and use.arg.count(".") == 1]
     own = event_id(program, function, event)
     if own.startswith("self."):  # `self.done`, or an element of an attribute's container (event_id)
         kept.append(own)

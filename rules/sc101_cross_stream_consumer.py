@@ -62,7 +62,10 @@ class CrossStreamConsumer(Rule):
         when full and then copied into: DeepSpeed PR #8080). A local this function
         wrote and then handed to other code (`module.forward(batch)`) is read there, on the stream current at
         the call; what an awaitable's `wait()` hands back inside `with stream(s):` is s's output. A side-stream
-        write handed out of a function to readers on the current stream is waited for on every way out: a
+        write handed out of a function to readers on the current stream is waited for on every way out (into
+        the elements of a parameter the method keeps on `self`, the readers are the other methods of its class
+        that take that attribute out: an event recorded after the write and kept on `self` orders it only where
+        it is waited, outside_consumers.py, torchrec's maglev awaitable); a
         function that makes the current stream wait for it in one arm of an if/else and not in the other
         (waits_on_one_way.py), or a hook (a function the scan only hands over as a value) that has a side stream
         work on its own parameters through a call and returns with no wait after it (hook_handoffs.py), leaves
@@ -601,6 +604,34 @@ class State:
             self.copy_in_stream.wait_stream(torch.cuda.current_stream())
             self.gather_stream.wait_stream(torch.cuda.current_stream())
 """,
+        # An awaitable keeps the all-to-all's outputs (the elements of a parameter) and the event recorded after
+        # them on `self`; `wait()` makes the current stream wait the event before handing the outputs on
+        # (torchrec's maglev `_InputDataAwaitable`).
+        """
+import torch
+import torch.distributed as dist
+
+
+class DataAwaitable:
+    def __init__(self, out_bufs, in_bufs, copy_done, stream):
+        stream.wait_event(copy_done)
+        stream.wait_stream(torch.cuda.current_stream())
+        done = torch.cuda.Event()
+        with torch.cuda.stream(stream):
+            for out_buf, in_buf in zip(out_bufs, in_bufs):
+                dist.all_to_all_single(out_buf, in_buf)
+            done.record(stream)
+        self._out_bufs = out_bufs
+        self._in_bufs = in_bufs
+        self._done = done
+
+    def wait(self):
+        torch.cuda.current_stream().wait_event(self._done)
+        received = []
+        for buf in self._out_bufs:
+            received.append(buf.view(-1, 4))
+        return received
+""",
     ]
 
     INVALID = [
@@ -1040,6 +1071,32 @@ class State:
         else:
             self.copy_in_stream.wait_stream(torch.cuda.current_stream())
             self.gather_stream.wait_stream(torch.cuda.current_stream())
+""",
+        # The same awaitable without the wait: the event kept on `self` is waited nowhere, so it orders nothing for
+        # `wait()`, which hands the outputs on to the current stream (outside_consumers._sibling_takers).
+        """
+import torch
+import torch.distributed as dist
+
+
+class DataAwaitable:
+    def __init__(self, out_bufs, in_bufs, copy_done, stream):
+        stream.wait_event(copy_done)
+        stream.wait_stream(torch.cuda.current_stream())
+        done = torch.cuda.Event()
+        with torch.cuda.stream(stream):
+            for out_buf, in_buf in zip(out_bufs, in_bufs):
+                dist.all_to_all_single(out_buf, in_buf)  # expect: SC101
+            done.record(stream)
+        self._out_bufs = out_bufs
+        self._in_bufs = in_bufs
+        self._done = done
+
+    def wait(self):
+        received = []
+        for buf in self._out_bufs:
+            received.append(buf.view(-1, 4))
+        return received
 """,
     ]
 

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from static_helpers import findings_of, line_of
+from static_helpers import findings_of, line_of, summary_of
 
 LOADER = """
     import torch
@@ -316,3 +316,74 @@ def test_a_caller_in_another_file_that_waits_for_the_stream_after_the_call_hands
             return out
     """
     assert findings_of({"amd/prep.py": _launcher(wait=False), "model.py": caller}, select={"SC101"}) == []
+
+
+# torchrec 1.9.2's maglev `_InputDataAwaitable` (input_dist.py:316): `__init__` all-to-alls into the elements of its
+# parameter `out_bufs` on a side stream, records an event there and keeps both on `self`; `wait()` hands the
+# elements of `self._out_bufs` on. Another event wait in the program (the copy event) must not stand for the kept one.
+AWAITABLE = """
+    import torch
+    import torch.distributed as dist
+
+    class DataAwaitable:
+        def __init__(self, out_bufs, in_bufs, copy_done, stream):
+            stream.wait_event(copy_done)
+            stream.wait_stream(torch.cuda.current_stream())
+            done = torch.cuda.Event()
+            with torch.cuda.stream(stream):
+                for out_buf, in_buf in zip(out_bufs, in_bufs):
+                    dist.all_to_all_single(out_buf, in_buf)
+                done.record(stream)
+            self._out_bufs = out_bufs
+            self._in_bufs = in_bufs
+            self._done = done
+
+        def wait(self):
+            WAIT
+            received = []
+            for buf in self._out_bufs:
+                received.append(buf.view(-1, 4))
+            return received
+"""
+
+
+def test_elements_of_a_kept_parameter_handed_on_by_a_sibling_without_the_kept_event_are_unordered():
+    racy = AWAITABLE.replace("WAIT", "pass")
+    findings = findings_of({"m.py": racy})
+    assert summary_of(findings) == [("SC101", "m.py", line_of(racy, "dist.all_to_all_single"), "RAW")]
+    reads = [(r.role, r.line) for r in findings[0].related if r.role == "read"]
+    assert reads == [("read", line_of(racy, "for buf in self._out_bufs"))]  # where `wait()` takes them
+    assert "`DataAwaitable.wait` (through `self._out_bufs`)" in findings[0].message
+
+
+def test_the_sibling_waiting_the_kept_event_orders_them():
+    fixed = AWAITABLE.replace("WAIT", "torch.cuda.current_stream().wait_event(self._done)")
+    assert findings_of({"m.py": fixed}) == []
+
+
+def test_a_caller_waiting_the_stream_after_construction_orders_them():
+    caller = AWAITABLE.replace("WAIT", "pass") + """
+    def launch(out_bufs, in_bufs, copy_done, stream):
+        awaitable = DataAwaitable(out_bufs, in_bufs, copy_done, stream)
+        torch.cuda.current_stream().wait_stream(stream)
+        return awaitable
+    """
+    assert findings_of({"m.py": caller}, select={"SC101"}) == []
+
+
+def test_the_sibling_waiting_the_kept_stream_orders_them():
+    fixed = AWAITABLE.replace("WAIT", "torch.cuda.current_stream().wait_stream(self._stream)").replace(
+        "self._done = done", "self._done = done\n            self._stream = stream")
+    assert findings_of({"m.py": fixed}) == []
+
+
+def test_a_wait_elsewhere_in_the_program_does_not_stand_for_the_sibling_s():
+    racy = AWAITABLE.replace("WAIT", "pass")
+    other = """
+        import torch
+
+        def drain(stream):
+            torch.cuda.current_stream().wait_stream(stream)
+    """
+    found = summary_of(findings_of({"m.py": racy, "other.py": other}, select={"SC101"}))
+    assert found == [("SC101", "m.py", line_of(racy, "dist.all_to_all_single"), "RAW")]
