@@ -16,9 +16,6 @@ stream: races between a graph's own branches are not looked for.
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.util
-import sys
 import threading
 from typing import Any
 
@@ -27,6 +24,7 @@ import torch
 from streamcheck.triton_kernels import KernelWrites, writes_of_source
 
 from .dispatch import byte_range
+from .patching import Patches
 from .recorder import Recorder
 
 TRITON_HEURISTICS = "torch._inductor.runtime.triton_heuristics"
@@ -39,38 +37,12 @@ def device_of(tensor: torch.Tensor) -> int:
     return tensor.get_device()
 
 
-class PatchOnImport(importlib.abc.MetaPathFinder):
-    """Runs `patch(module)` right after `name` is executed, the first time it is imported."""
-
-    def __init__(self, name: str, patch: Any) -> None:
-        self.name = name
-        self.patch = patch
-
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname != self.name:
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(fullname)
-        if spec is None or spec.loader is None:
-            return spec
-        exec_module = spec.loader.exec_module
-        patch = self.patch
-
-        def exec_and_patch(module):
-            exec_module(module)
-            patch(module)
-
-        spec.loader.exec_module = exec_and_patch
-        return spec
-
-
 class LaunchHooks:
     """Installs the Triton launch hook and the CUDA graph capture/replay hooks."""
 
     def __init__(self, recorder: Recorder) -> None:
         self.recorder = recorder
-        self._saved: list[tuple[Any, str, Any]] = []
-        self._finders: list[PatchOnImport] = []
+        self._patches = Patches()
         self._kernel_writes: dict[int, tuple[Any, KernelWrites | None]] = {}  # id(JITFunction) -> it, its stores
         self._capturing = threading.local()
 
@@ -99,8 +71,7 @@ class LaunchHooks:
                     rec.fail(exc)
             return out
 
-        self._saved.append((owner, "run", original))
-        owner.run = run
+        self._patches.set(owner, "run", run)
 
     def _compiled_launched(self, kernel: Any, args: tuple, kwargs: dict) -> None:
         """Inductor's kernel: arguments named out_ptr* / in_out_ptr* or listed as mutated are written."""
@@ -179,8 +150,7 @@ class LaunchHooks:
 
         for name, replacement in (("capture_begin", capture_begin), ("capture_end", capture_end),
                                   ("replay", replay_)):
-            self._saved.append((graph_class, name, vars(graph_class).get(name)))
-            setattr(graph_class, name, replacement)
+            self._patches.set(graph_class, name, replacement)
 
     def replayed(self, captured: list | None) -> None:
         """A graph was replayed on this thread's current stream: its captured accesses happen now, on that stream."""
@@ -198,24 +168,10 @@ class LaunchHooks:
     # ---- life cycle -----------------------------------------------------------------------------------------------
     def install(self) -> None:
         for name, patch in ((TRITON_HEURISTICS, self._patch_triton), (TRITON_JIT, self._patch_jit)):
-            if name in sys.modules:
-                patch(sys.modules[name])
-            else:
-                finder = PatchOnImport(name, patch)
-                self._finders.append(finder)
-                sys.meta_path.insert(0, finder)
+            self._patches.on_import(name, patch)
         if torch.cuda.is_available() and hasattr(torch.cuda, "CUDAGraph"):
             self._patch_graphs()
 
     def uninstall(self) -> None:
-        for finder in self._finders:
-            if finder in sys.meta_path:
-                sys.meta_path.remove(finder)
-        self._finders = []
+        self._patches.undo()
         self.recorder.capture_into(None)
-        while self._saved:
-            owner, name, original = self._saved.pop()
-            if original is None:
-                delattr(owner, name)  # it was inherited: the base class's method shows again
-            else:
-                setattr(owner, name, original)

@@ -23,14 +23,13 @@ own device barrier, and the peers' own writes.
 from __future__ import annotations
 
 import inspect
-import sys
 import weakref
 from typing import Any
 
 import torch
 
 from .handoffs import host_event_key
-from .launches import PatchOnImport
+from .patching import Patches
 from .recorder import RaceError, Recorder
 
 SYMMETRIC_MEMORY = "torch.distributed._symmetric_memory"
@@ -46,8 +45,7 @@ class PeerHooks:
         self.recorder = recorder
         # storage base pointer -> (weak reference to its UntypedStorage, its bytes, the export's event key or None)
         self.shared: dict[int, tuple[Any, int, int | None]] = {}
-        self._saved: list[tuple[Any, str, Any]] = []
-        self._finders: list[PatchOnImport] = []
+        self._patches = Patches()
 
     # ---- what is shared ---------------------------------------------------------------------------------------
     def share(self, storage: Any, exported: bool) -> None:
@@ -124,12 +122,7 @@ class PeerHooks:
                 self._patch(distributed_c10d, name, wrapped)
                 if getattr(dist, name, None) is original:
                     self._patch(dist, name, wrapped)
-        if SYMMETRIC_MEMORY in sys.modules:
-            self._patch_symmetric_memory(sys.modules[SYMMETRIC_MEMORY])
-        else:
-            finder = PatchOnImport(SYMMETRIC_MEMORY, self._patch_symmetric_memory)
-            self._finders.append(finder)
-            sys.meta_path.insert(0, finder)
+        self._patches.on_import(SYMMETRIC_MEMORY, self._patch_symmetric_memory)
 
     def _before(self, original: Any, what: str) -> Any:
         hooks = self
@@ -165,20 +158,10 @@ class PeerHooks:
         self._patch(module, "rendezvous", rendezvous)
 
     def _patch(self, owner: Any, name: str, replacement: Any) -> None:
-        self._saved.append((owner, name, owner.__dict__.get(name)))
-        setattr(owner, name, replacement)
+        self._patches.set(owner, name, replacement)
 
     def uninstall(self) -> None:
-        for finder in self._finders:
-            if finder in sys.meta_path:
-                sys.meta_path.remove(finder)
-        self._finders = []
-        while self._saved:
-            owner, name, original = self._saved.pop()
-            if original is None:
-                delattr(owner, name)  # it was inherited: the base class's method shows again
-            else:
-                setattr(owner, name, original)
+        self._patches.undo()
         self.shared.clear()
 
 

@@ -12,6 +12,28 @@ from .program import Program
 from .rule import Rule, insert_edit, location
 
 
+# A symmetric buffer armed, then a helper's host agreement (vLLM's `_all_ranks_true`: a CPU all_reduce read with
+# `.item()`) lets the peers go on: INVALID as is, VALID with the fill waited for or the agreement on the device.
+HOST_AGREEMENT = """
+import torch
+import torch.distributed as dist
+import torch.distributed._symmetric_memory as symm_mem
+
+def all_ranks_true(group, ok):
+    flag = torch.tensor(int(ok), dtype=torch.int32, device="cpu")
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=group)
+    return bool(flag.item())
+
+def arm(n, group):
+    buf = symm_mem.empty(n, device="cuda")
+    handle = symm_mem.rendezvous(buf, group.group_name)
+    buf[:64].zero_()  # expect: SC107
+    if not all_ranks_true(group, handle is not None):
+        return None
+    return handle
+"""
+
+
 class SharedMemoryHandedOverEarly(Rule):
     """
     What it does:
@@ -148,47 +170,6 @@ def produce(tensors, size):
     torch.cuda.current_stream().synchronize()
     yield args, used
 """,
-        # The fill is waited for before the call of a helper that agrees with the peers on the host (vLLM's
-        # `_all_ranks_true`: a CPU all_reduce read with `.item()`).
-        """
-import torch
-import torch.distributed as dist
-import torch.distributed._symmetric_memory as symm_mem
-
-def all_ranks_true(group, ok):
-    flag = torch.tensor(int(ok), dtype=torch.int32, device="cpu")
-    dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=group)
-    return bool(flag.item())
-
-def arm(n, group):
-    buf = symm_mem.empty(n, device="cuda")
-    handle = symm_mem.rendezvous(buf, group.group_name)
-    buf.zero_()
-    torch.cuda.synchronize()
-    if not all_ranks_true(group, handle is not None):
-        return None
-    return handle
-""",
-        # A helper whose all_reduce is on a device tensor: NCCL enqueues it after the current stream's work, no
-        # host agreement.
-        """
-import torch
-import torch.distributed as dist
-import torch.distributed._symmetric_memory as symm_mem
-
-def all_ranks_true(group, ok):
-    flag = torch.tensor(int(ok), dtype=torch.int32, device="cuda")
-    dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=group)
-    return bool(flag.item())
-
-def arm(n, group):
-    buf = symm_mem.empty(n, device="cuda")
-    handle = symm_mem.rendezvous(buf, group.group_name)
-    buf.zero_()
-    if not all_ranks_true(group, handle is not None):
-        return None
-    return handle
-""",
         # A tensor no one shares: a barrier after its write orders nothing anyone reads.
         """
 import torch.distributed as dist
@@ -197,6 +178,14 @@ def save(t, group):
     t.zero_()
     dist.barrier(group=group)
 """,
+    ]
+
+    VALID += [
+        # The fill is waited for before the call of the helper.
+        HOST_AGREEMENT.replace("  # expect: SC107", "\n    torch.cuda.synchronize()"),
+        # A helper whose all_reduce is on a device tensor: NCCL enqueues it after the current stream's work, no
+        # host agreement.
+        HOST_AGREEMENT.replace("  # expect: SC107", "").replace('device="cpu"', 'device="cuda"'),
     ]
 
     INVALID = [
@@ -242,24 +231,7 @@ class TwoShot:
 """,
         # The hand-over is a helper's host agreement: an all_reduce of a CPU tensor, read with `.item()`, lets the
         # peers go on like a host barrier (vLLM's `_all_ranks_true` after a symmetric buffer's `zero_()`).
-        """
-import torch
-import torch.distributed as dist
-import torch.distributed._symmetric_memory as symm_mem
-
-def all_ranks_true(group, ok):
-    flag = torch.tensor(int(ok), dtype=torch.int32, device="cpu")
-    dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=group)
-    return bool(flag.item())
-
-def arm(n, group):
-    buf = symm_mem.empty(n, device="cuda")
-    handle = symm_mem.rendezvous(buf, group.group_name)
-    buf[:64].zero_()  # expect: SC107
-    if not all_ranks_true(group, handle is not None):
-        return None
-    return handle
-""",
+        HOST_AGREEMENT,
         # A refilled IPC buffer yielded chunk by chunk: the copy of one turn reaches the next turn's yield.
         """
 import torch

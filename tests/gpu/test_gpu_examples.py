@@ -166,29 +166,27 @@ def test_fixed_example_gives_no_finding(name: str, tmp_path: Path) -> None:
 two_gpus = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
 
 
-@pytest.mark.gpu2
-@two_gpus
-def test_async_collective_racy_on_two_ranks(tmp_path: Path) -> None:
-    check_racy("async_collective", "SC201", "RAW", tmp_path, nproc=2)
+# example -> (rule, race kind), run on two ranks: one finding per rank
+TWO_GPUS = {
+    "async_collective": ("SC201", "RAW"),
+    # Each rank's fill of its symmetric buffer, then a barrier over a gloo group: a PEER race on each rank.
+    "symmetric_memory_barrier": ("SC204", "PEER"),
+}
 
 
 @pytest.mark.gpu2
 @two_gpus
-def test_async_collective_fixed_on_two_ranks(tmp_path: Path) -> None:
-    check_fixed("async_collective", tmp_path, nproc=2)
+@pytest.mark.parametrize("name", sorted(TWO_GPUS))
+def test_racy_example_on_two_ranks(name: str, tmp_path: Path) -> None:
+    rule, kind = TWO_GPUS[name]
+    check_racy(name, rule, kind, tmp_path, nproc=2)
 
 
 @pytest.mark.gpu2
 @two_gpus
-def test_symmetric_memory_racy_on_two_ranks(tmp_path: Path) -> None:
-    """Each rank's fill of its symmetric buffer, then a barrier over a gloo group: one PEER race per rank."""
-    check_racy("symmetric_memory_barrier", "SC204", "PEER", tmp_path, nproc=2)
-
-
-@pytest.mark.gpu2
-@two_gpus
-def test_symmetric_memory_fixed_on_two_ranks(tmp_path: Path) -> None:
-    check_fixed("symmetric_memory_barrier", tmp_path, nproc=2)
+@pytest.mark.parametrize("name", sorted(TWO_GPUS))
+def test_fixed_example_on_two_ranks(name: str, tmp_path: Path) -> None:
+    check_fixed(name, tmp_path, nproc=2)
 
 
 def test_watch_keeps_the_program_running_and_counts_repeats(tmp_path: Path) -> None:
