@@ -30,7 +30,7 @@ def access_keys(program: Program, function: Function, access: Access) -> set[tup
     if parts[-1] not in program.options.all_generic_attributes:
         keys.add(("attr", program.component(function.file), parts[-1]))
     if parts[0] in ("self", "cls"):
-        keys.add(_self_key(program, function, access.path))
+        keys.add(self_key(program, function, access.path))
     else:
         keys.add(("local", function.id, access.path))
     return keys | _attribute_keys_of_local(program, function, access)
@@ -47,7 +47,7 @@ def _attribute_keys_of_local(program: Program, function: Function, access: Acces
         root, dot, rest = access.path.partition(".")
         found: set[tuple] = set()
         for path in _attribute_paths(function, access.path, access.line) | held_containers(function, access):
-            found.add(_self_key(program, function, path))
+            found.add(self_key(program, function, path))
         # (only under the function's own stream region: elsewhere the callers' bound accesses (summaries.py) stand
         # for it on each caller's stream, and a key shared by every call site would pair one site's tensor with
         # another site's stream)
@@ -58,12 +58,12 @@ def _attribute_keys_of_local(program: Program, function: Function, access: Acces
                     continue
                 path, _index = split_index(arg)
                 for resolved in _attribute_paths(caller, path + dot + rest, call.line):
-                    found.add(_self_key(program, caller, resolved))
+                    found.add(self_key(program, caller, resolved))
         return found
     return program.memo(("aliasing.attribute_keys", function.id, access.path, access.line), build)
 
 
-def _self_key(program: Program, function: Function, path: str) -> tuple:
+def self_key(program: Program, function: Function, path: str) -> tuple:
     parts = path.split(".")
     return ("self", program.attr_owner(function.file.path, function.owner, parts[1]), ".".join(parts[1:]))
 

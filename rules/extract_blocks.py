@@ -77,7 +77,10 @@ class RegionsAndBlocks(ast.NodeVisitor):
 
     def visit_If(self, node: ast.If) -> None:
         self.visit(node.test)
+        syncs_before = len(self.fn.syncs)
         self._visit_block(node.body, guarded=not _only_if_it_exists(node))
+        if _on_another_platform(node.test):
+            del self.fn.syncs[syncs_before:]  # they order nothing on a CUDA run (vLLM's XPU-only synchronize)
         self._visit_block(node.orelse)
 
     def visit_For(self, node: ast.For | ast.AsyncFor) -> None:
@@ -121,6 +124,16 @@ class RegionsAndBlocks(ast.NodeVisitor):
 
     visit_IfExp = visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = _visit_conditional_expr
     visit_BoolOp = visit_Lambda = _visit_conditional_expr
+
+
+# Tests that hold only on a device with its own stream API (`if current_platform.is_xpu():`): a wait or synchronize
+# under one is no edge of a CUDA (or ROCm) run, which is the run the lint reasons about.
+OTHER_PLATFORM_TESTS = frozenset({"is_xpu", "is_hpu", "is_npu", "is_tpu", "is_cpu", "is_mps", "is_xla"})
+
+
+def _on_another_platform(test: ast.expr) -> bool:
+    return isinstance(test, ast.Call) and not test.args and not test.keywords \
+        and dotted(test.func).rsplit(".", 1)[-1] in OTHER_PLATFORM_TESTS
 
 
 def _only_if_it_exists(node: ast.If) -> bool:

@@ -111,7 +111,7 @@ def _call_pairs(program: "Program", function: "Function", call: Call, edge: "Edg
     guarded = _guarded(function, call.line)
     callee = program.functions[edge.callee]
     return {(translate(program, function, call, callee, w), translate(program, function, call, callee, t))
-            for w, t in callee_value if not (guarded and t == ANY_STREAM)}
+            for w, t in callee_value if not (guarded and (t == ANY_STREAM or w == HOST))}
 
 
 SIDE_USES = frozenset({"read", "write", "host", "stream"})
