@@ -357,8 +357,8 @@ def _param_stream_waited_anywhere(program: "Program", function: Function, stream
     """A stream handed in by the caller: which one it is, and where it was made to wait, is decided on another
     call path (FSDP waits on its pre-unshard stream in the root's pre-forward). Where `function`'s callers name
     the streams they pass (`copy_stream=self.output_copy_stream`), a wait of one of those streams anywhere in the
-    program is taken as that ordering (or a wait of another function's parameter of the same name, decided
-    further up); a wait of another class's stream that happens to carry the name (vLLM's
+    program is taken as that ordering (or a wait of a parameter of the same name in a caller or in the
+    function's own module, decided further up: `_decided_further_up`); a wait of another class's stream that happens to carry the name (vLLM's
     `self.copy_stream.wait_stream(...)` of the structured-output and draft-token copiers vs the async-output
     constructors' parameter `copy_stream`) is not. Where no caller names it, a wait of a stream of the same last
     name anywhere is taken. Either way, not a wait that opens a region of its own stream (`with stream(s):
@@ -371,9 +371,19 @@ def _param_stream_waited_anywhere(program: "Program", function: Function, stream
     passed = {translate(program, caller, call, function, stream) for caller, call in sites}
     named = {s for s in passed if _named(s)}
     if named:
+        callers = program.callers_reaching(function.id)
         return any(not _only_after_the_calls(where, sites) for s in named for where in waits.get(s, ())) or any(
-            w.startswith(PARAM) and display(w).rsplit(".", 1)[-1] == name for w in waited)
+            w.startswith(PARAM) and display(w).rsplit(".", 1)[-1] == name and _decided_further_up(program, fid, function, callers)
+            for w in waited for fid, _at in waits[w])
     return name in {display(w).rsplit(".", 1)[-1] for w in waited}
+
+
+def _decided_further_up(program: "Program", fid: str, function: Function, callers: frozenset[str]) -> bool:
+    """The waiting function is one of the callers, or sits in the same module (FSDP's root pre-forward calls
+    `_wait_for_computation_stream(computation_stream, unshard_stream, pre_unshard_stream)` before the hooks that
+    unshard on those streams, all in _runtime_utils.py); not a function elsewhere whose parameter happens to be
+    called `stream` too (vLLM's DeepSeek mHC overlap)."""
+    return fid in callers or program.functions[fid].file is function.file
 
 
 def _waits_by_stream(program: "Program") -> dict[str, list[tuple[str, Position]]]:

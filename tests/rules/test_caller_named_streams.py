@@ -106,3 +106,51 @@ def test_helper_result_made_on_the_current_stream_is_written_at_the_call():
 def test_helper_result_waited_before_the_prefetch_gives_no_finding():
     fixed = _variant(NGRAM_PREFETCH, "prefetch_stream.wait_stream(torch.cuda.current_stream())")
     assert findings_of({"ngram_embedding.py": fixed}, {"SC101"}) == []
+
+
+# vllm/models/deepseek_v41/nvidia/ops/mhc.py:180: the overlap helper gets its side stream as the parameter `stream`
+# from a caller that names it; other modules' helpers wait a parameter that is also called `stream`. Those waits
+# order their own callers' streams; only a caller, or a function of the helper's own module (FSDP's
+# `_wait_for_computation_stream` beside `_unshard`), decides for this one.
+MHC_OVERLAP = """
+import torch
+
+def pre_delayed_overlap(x, fn, stream):
+    main = torch.cuda.current_stream()
+    WAIT
+    with torch.cuda.stream(stream):
+        torch.mm(x, fn)
+
+class Layer:
+    def __init__(self):
+        self.mhc_stream = torch.cuda.Stream()
+
+    def forward(self, x, fn):
+        return pre_delayed_overlap(x, fn, stream=self.mhc_stream)
+"""
+
+OTHER_MODULE = """
+import torch
+
+def stage(batch, stream):
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        return batch.sum()
+"""
+
+
+def test_a_parameter_of_the_same_name_waited_in_another_module_does_not_order_it():
+    racy = _variant(MHC_OVERLAP, "pass")
+    findings = findings_of({"mhc.py": racy, "loader.py": OTHER_MODULE}, {"SC101"})
+    assert summary_of(findings) == [("SC101", "mhc.py", line_of(racy, "torch.mm(x, fn)"), "RAW")]
+    assert (findings[0].extra["path"], findings[0].extra["reader_stream"]) == ("x", "stream")
+
+
+def test_a_parameter_of_the_same_name_waited_in_its_own_module_orders_it():
+    waits_here = _variant(MHC_OVERLAP, "pass") + textwrap.dedent(OTHER_MODULE).replace("import torch\n", "")
+    assert findings_of({"mhc.py": waits_here}, {"SC101"}) == []
+
+
+def test_the_wait_in_the_helper_orders_it():
+    assert findings_of({"mhc.py": _variant(MHC_OVERLAP, "stream.wait_stream(main)"), "loader.py": OTHER_MODULE},
+                       {"SC101"}) == []
