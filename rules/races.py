@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Iterator
 
-from .aliasing import access_keys, object_of, same_element
+from .aliasing import access_keys, object_of, same_element, self_key
 from .callgraph import Edge, Function
 from .facts import NO_REGION, Access, FunctionFacts, exclusive
 from .orderings import (EVENT, Ordering, event_id, ordered_by, orderings_in_program, orderings_of, recording_stream,
@@ -565,9 +565,20 @@ def matching(program: "Program", function: Function, access: Access, kind: str) 
     seen: set[tuple[str, Access]] = set()
     for key in access_keys(program, function, access):
         for other_fn, other in index.get(key, ()):
-            if (other_fn.id, other) not in seen and same_element(access, other):
+            if (other_fn.id, other) not in seen and same_element(access, other) \
+                    and not _fields_of_two_classes(program, function, access, other_fn, other):
                 seen.add((other_fn.id, other))
                 yield other_fn, other
+
+
+def _fields_of_two_classes(program: "Program", function: Function, access: Access, other_fn: Function,
+                           other: Access) -> bool:
+    """`self._input_tensor` in two classes that do not share the field (aliasing.self_key: the class that first
+    assigns it in a family owns it): the field's name alone pairs them (the ("attr", ...) key), not the object."""
+    if access.path.count(".") != 1 or other.path.count(".") != 1 \
+            or access.path.split(".", 1)[0] != "self" or other.path.split(".", 1)[0] != "self":
+        return False
+    return self_key(program, function, access.path) != self_key(program, other_fn, other.path)
 
 
 def build_indexes(program: "Program") -> None:

@@ -319,3 +319,49 @@ def test_a_tensor_set_to_another_storage_is_covered_by_that_storage_record_strea
     assert _lines({"m.py": aliased}, {"SC104"}) == []
     own = source.replace("{alias}", "pass")  # its own memory: dropped at the end with no record_stream of its own
     assert [rule for rule, _, _ in _lines({"m.py": own}, {"SC104"})] == ["SC104"]
+
+
+# --- one field name in two classes --------------------------------------------------------------------------------
+STAGING = """
+    import torch
+
+    class Packer:
+        def __init__(self):
+            self.pack_stream = torch.cuda.Stream()
+            self.staging = torch.empty(8, device="cuda")
+
+        def pack(self, x):
+            self.pack_stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(self.pack_stream):
+                self.staging.copy_(x)
+            torch.cuda.current_stream().wait_stream(self.pack_stream)
+    {sender}
+        def send(self):
+            self.send_stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(self.send_stream):
+                torch.distributed.send(self.staging, dst=1)
+
+    def step(packer, sender, x):
+        packer.pack(x)
+        sender.send()
+"""
+
+
+def test_a_field_of_the_same_name_in_another_class_is_another_tensor():
+    # Sender's own staging buffer, not the Packer's: the pack stream's write does not reach the send stream's read
+    source = STAGING.format(sender="""
+    class Sender:
+        def __init__(self):
+            self.send_stream = torch.cuda.Stream()
+            self.staging = torch.zeros(8, device="cuda")
+""")
+    assert _lines({"m.py": source}) == []
+
+
+def test_the_same_field_of_one_class_still_pairs():
+    # send as a method of the Packer: its staging buffer, written on the pack stream, read on the send stream
+    source = STAGING.format(sender="""
+        def __post_init__(self):
+            self.send_stream = torch.cuda.Stream()
+""")
+    assert _lines({"m.py": source}) == [("SC101", "m.py", line_of(source, "self.staging.copy_(x)"))]
