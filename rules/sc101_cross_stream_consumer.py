@@ -131,7 +131,11 @@ class CrossStreamConsumer(Rule):
         A tensor made long ago (weights loaded before a device synchronize the scan does not see) is still
         taken as made on the current stream just before the read; a tensor written only through views stored
         elsewhere looks unwritten. A Triton kernel imported from another module, or one whose pointer comes out
-        of memory (`tl.load(ptrs_ptr + i)`), is taken to read its arguments only. Suppress with `# streamcheck: ignore[SC101]` and say why.
+        of memory (`tl.load(ptrs_ptr + i)`), is taken to read its arguments only. A wait under a condition in
+        the accesses' own function counts on every way (correlated guards are not related); a host synchronize
+        that a helper makes only under a condition (a profiling timer) does not count for the helper's callers,
+        and one under a test for another device (`if current_platform.is_xpu():`) counts nowhere. Suppress with
+        `# streamcheck: ignore[SC101]` and say why.
 
     Fix:
         Make the consumer's stream wait for the writer's before the read:
