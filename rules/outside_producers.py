@@ -17,7 +17,7 @@ from typing import Iterable, NamedTuple
 
 from streamcheck.findings import ROLE_READ, Finding
 
-from .aliasing import self_key, from_outside
+from .aliasing import from_outside
 from .extract_names import NOT_TENSOR_WORDS
 from .facts import Access
 from .hazard_flow import HOST_WORDS
@@ -100,19 +100,19 @@ def _producer(program: Program, reader: Function, read: Access) -> str | None:
         return None  # `batch.to(device)`, `dst.copy_(host_buf)` on a copy stream: host memory, made by no stream
     if outside and _tensor_position(reader, read) and not any(
             not _rebound_later(reader, read, writer, write) and not _same_op(reader, read, writer, write)
-            and not _another_objects_field(program, reader, read, writer, write)
+            and not _another_objects_field(read, write)
             for writer, write in matching(program, reader, read, "write")):
         return OUTSIDE
     return None
 
 
-def _another_objects_field(program: Program, reader: Function, read: Access, writer: Function, write: Access) -> bool:
+def _another_objects_field(read: Access, write: Access) -> bool:
     """A field of `self` read, and a field of that name bound on another object (`self._model_runner_output.
     pooler_output = ...` in vLLM's other async pooling output): the binding puts a tensor made elsewhere under
-    that object's name; it writes no memory, and it is not the producer of the reader's own field."""
-    if write.op != "=" or read.path.count(".") != 1 or read.path.split(".", 1)[0] not in ("self", "cls"):
-        return False
-    return write.path.count(".") != 1 or self_key(program, reader, read.path) != self_key(program, writer, write.path)
+    that object's name; it writes no memory, and it is not the producer of the reader's own field. (Two classes'
+    own `self.<field>` are told apart where the pairs are made: races.matching.)"""
+    return write.op == "=" and write.path.count(".") > 1 and read.path.count(".") == 1 \
+        and read.path.split(".", 1)[0] in ("self", "cls")
 
 
 def _copied_from(reader: Function, read: Access) -> bool:

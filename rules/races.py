@@ -358,9 +358,9 @@ def _param_stream_waited_anywhere(program: "Program", function: Function, stream
     call path (FSDP waits on its pre-unshard stream in the root's pre-forward). Where `function`'s callers name
     the streams they pass (`copy_stream=self.output_copy_stream`), a wait of one of those streams anywhere in the
     program is taken as that ordering (or a wait of a parameter of the same name in a caller or in the
-    function's own module, decided further up: `_decided_further_up`); a wait of another class's stream that happens to carry the name (vLLM's
-    `self.copy_stream.wait_stream(...)` of the structured-output and draft-token copiers vs the async-output
-    constructors' parameter `copy_stream`) is not. Where no caller names it, a wait of a stream of the same last
+    function's own module, decided further up: `_decided_further_up`); a wait of another class's stream that
+    happens to carry the name (vLLM's `self.copy_stream.wait_stream(...)` of the structured-output and
+    draft-token copiers vs the async-output constructors' parameter `copy_stream`) is not. Where no caller names it, a wait of a stream of the same last
     name anywhere is taken. Either way, not a wait that opens a region of its own stream (`with stream(s):
     s.wait_stream(current)`, then the region's own work): it orders its own region's reads, not those of another
     function that gets a stream of that name (vLLM's two async-output constructors)."""
@@ -371,19 +371,18 @@ def _param_stream_waited_anywhere(program: "Program", function: Function, stream
     passed = {translate(program, caller, call, function, stream) for caller, call in sites}
     named = {s for s in passed if _named(s)}
     if named:
-        callers = program.callers_reaching(function.id)
         return any(not _only_after_the_calls(where, sites) for s in named for where in waits.get(s, ())) or any(
-            w.startswith(PARAM) and display(w).rsplit(".", 1)[-1] == name and _decided_further_up(program, fid, function, callers)
-            for w in waited for fid, _at in waits[w])
+            _decided_further_up(program, fid, function) for w in waited
+            if w.startswith(PARAM) and display(w).rsplit(".", 1)[-1] == name for fid, _at in waits[w])
     return name in {display(w).rsplit(".", 1)[-1] for w in waited}
 
 
-def _decided_further_up(program: "Program", fid: str, function: Function, callers: frozenset[str]) -> bool:
-    """The waiting function is one of the callers, or sits in the same module (FSDP's root pre-forward calls
-    `_wait_for_computation_stream(computation_stream, unshard_stream, pre_unshard_stream)` before the hooks that
-    unshard on those streams, all in _runtime_utils.py); not a function elsewhere whose parameter happens to be
-    called `stream` too (vLLM's DeepSeek mHC overlap)."""
-    return fid in callers or program.functions[fid].file is function.file
+def _decided_further_up(program: "Program", fid: str, function: Function) -> bool:
+    """The waiting function sits in the same module (FSDP's root pre-forward calls `_wait_for_computation_stream(
+    computation_stream, unshard_stream, pre_unshard_stream)` before the hooks that unshard on those streams, all
+    in _runtime_utils.py) or is one of the callers; not a function elsewhere whose parameter happens to be called
+    `stream` too (vLLM's DeepSeek mHC overlap)."""
+    return program.functions[fid].file is function.file or fid in program.callers_reaching(function.id)
 
 
 def _waits_by_stream(program: "Program") -> dict[str, list[tuple[str, Position]]]:
@@ -563,22 +562,21 @@ def matching(program: "Program", function: Function, access: Access, kind: str) 
     """Accesses of `kind` that may touch the same tensor as `access` (each once)."""
     index = program.memo(f"races.by_key.{kind}", lambda: _index(program, kind))
     seen: set[tuple[str, Access]] = set()
+    field = _own_field(access)
     for key in access_keys(program, function, access):
         for other_fn, other in index.get(key, ()):
             if (other_fn.id, other) not in seen and same_element(access, other) \
-                    and not _fields_of_two_classes(program, function, access, other_fn, other):
+                    and not (field and _own_field(other) and self_key(program, function, access.path)
+                             != self_key(program, other_fn, other.path)):
+                # (`self._input_tensor` of two classes that do not share the field, aliasing.self_key: the
+                # field's name alone, the ("attr", ...) key, pairs them, not the object)
                 seen.add((other_fn.id, other))
                 yield other_fn, other
 
 
-def _fields_of_two_classes(program: "Program", function: Function, access: Access, other_fn: Function,
-                           other: Access) -> bool:
-    """`self._input_tensor` in two classes that do not share the field (aliasing.self_key: the class that first
-    assigns it in a family owns it): the field's name alone pairs them (the ("attr", ...) key), not the object."""
-    if access.path.count(".") != 1 or other.path.count(".") != 1 \
-            or access.path.split(".", 1)[0] != "self" or other.path.split(".", 1)[0] != "self":
-        return False
-    return self_key(program, function, access.path) != self_key(program, other_fn, other.path)
+def _own_field(access: Access) -> bool:
+    """`self.<field>` (or `cls.<field>`) itself, not a path below it."""
+    return access.path.count(".") == 1 and access.path.split(".", 1)[0] in ("self", "cls")
 
 
 def build_indexes(program: "Program") -> None:
