@@ -21,6 +21,7 @@ from typing import Any, Callable
 from .extract_bindings import ALIAS, Bindings
 from .extract_blocks import RegionsAndBlocks
 from .extract_calls import CallsAndAccesses
+from .extract_elements import element_facts
 from .extract_handle_flow import handle_flow_facts
 from .extract_keeps import kept_facts, own_statements
 from streamcheck.triton_kernels import kernel_writes
@@ -351,6 +352,7 @@ class _FactsVisitor(CallsAndAccesses, Bindings, RegionsAndBlocks, ast.NodeVisito
             statements = list(own_statements(node))  # (both read them: walked once)
             fn.kept_events = kept_facts(node, self.src_lines if self.lines_as_parsed else None, statements)
             fn.handle_flow = handle_flow_facts(node, statements)
+            fn.elements = element_facts(statements)
             for row in fn.handle_flow:  # a take may be a finding's place (handle_flow.py)
                 if row[0] == "bind" and any(o[0] == "take" and o[3] for o in row[2]):
                     self._keep_line(row[3])

@@ -290,6 +290,10 @@ class FunctionFacts:
     # How values move between locals, containers, calls and returns (extract_handle_flow.py; rows as lists):
     # what the handle-flow query (handle_flow.py) follows async handles through.
     handle_flow: list[list] = field(default_factory=list)
+    # (inner, outer, line, slot): the local `inner` is an element of the local container `outer` (slot -1), or the
+    # slot-th part of a tuple element of it (`outer.append((a, b))`, `for a, b in outer`): extract_elements.py,
+    # element_flow.py.
+    elements: list[tuple[str, str, int, int]] = field(default_factory=list)
 
     _parts = {
         "calls": Call, "accesses": Access, "syncs": Sync, "regions": Region, "uses": Use, "placements": Placement,
@@ -337,6 +341,7 @@ class FunctionFacts:
         kwargs["device_groups"] = [tuple(t) for t in data.get("device_groups", ())]
         kwargs["kept_events"] = [tuple(t) for t in data.get("kept_events", ())]
         kwargs["handle_flow"] = [list(t) for t in data.get("handle_flow", ())]
+        kwargs["elements"] = [tuple(t) for t in data.get("elements", ())]
         for key, kind in cls._parts.items():
             kwargs[key] = [_build(kind, item) for item in data.get(key, ())]
         return cls(**kwargs)

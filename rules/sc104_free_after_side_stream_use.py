@@ -6,6 +6,7 @@ from typing import Iterable
 
 from streamcheck.findings import Finding
 
+from .cleared_containers import cleared_after_side_use
 from .free_after_handoff import frees_after_handoff
 from .free_element_blocks import frees_of_element_blocks
 from .handed_back_with_event import inputs_handed_back_with_events
@@ -935,6 +936,7 @@ class Receiver:
 
     def check(self, program: Program) -> Iterable[Finding]:
         yield from releases_after_side_use(program, self.id)
+        yield from cleared_after_side_use(program, self.id)
         handed_over = set()  # (function, tensor) reported at a read after the hand-over: not again at its return
         for finding in frees_after_handoff(program, self.id):
             handed_over.add((finding.symbol, finding.extra.get("path")))

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Callable, Iterable
 
 from .call_values import handed_out, value_accesses
 from .collectives import reads_in_place
+from .element_flow import element_parameters
 from .extract import split_index
 from .facts import Access, Call
 from .orderings import ANY_STREAM, EVENT, Ordering, event_id, orderings_of, recording_stream, site_stream
@@ -150,8 +151,12 @@ def _call_lifetimes(program: "Program", function: "Function", call: Call, edge: 
     found = set()
     for how, param, stream in callee_value:
         arg = argument_for(callee, call, param)
-        if arg is not None and split_index(arg)[0] in params:
-            found.add((how, split_index(arg)[0], translate(program, function, call, callee, stream)))
+        if arg is None:
+            continue
+        root = split_index(arg)[0]
+        # a local list rebuilt from the elements of a parameter passes those elements on (element_flow.py)
+        for held in [root] if root in params else sorted(element_parameters(program, function).get(root, ())):
+            found.add((how, held, translate(program, function, call, callee, stream)))
     return found
 
 
