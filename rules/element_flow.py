@@ -74,6 +74,10 @@ def _returned_elements(program: "Program", function: "Function") -> list[tuple[s
     """(local, argument, line, ELEMENT) for `local = helper(arg)` where an exact callee returns a local holding the
     elements of the parameter `arg` is bound to."""
     results = {(line, column): local for local, line, column in function.facts.call_results if "." not in local}
+    for _inner, outer, _line, _slot in function.facts.elements:
+        if outer.startswith("<call@"):  # `for bucket in split_half_float_double(grads):`
+            line, column = outer[len("<call@"):-1].split(":")
+            results.setdefault((int(line), int(column)), outer)
     if not results:
         return []
     from .summaries import argument_for

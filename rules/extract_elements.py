@@ -9,7 +9,8 @@ the local `outer`, or with `slot` >= 0 the slot-th part of a tuple element of it
   `outer.append((a, b))`: (a, outer, line, 0), (b, outer, line, 1);
 - `for a, b in outer:` and `a, b = outer`: (a, outer, line, 0), (b, outer, line, 1) (the loops the facts pass
   reads without slots, FunctionFacts.derived, are read from there);
-- `x = outer.setdefault(k, [])` / `.get(k)` / `.pop(k)`: (x, outer, line, -1).
+- `x = outer.setdefault(k, [])` / `.get(k)` / `.pop(k)`: (x, outer, line, -1);
+- `for b in helper(x):`: (b, "<call@line:column>", line, -1), the call's result standing for a local.
 element_flow.py joins them with FunctionFacts.derived into which parameters' elements a local holds.
 """
 
@@ -20,6 +21,7 @@ import ast
 ELEMENT = -1  # the element itself, not a part of a tuple element
 _STORES = frozenset({"append", "add", "extend", "insert", "appendleft"})
 _TAKES = frozenset({"setdefault", "get", "pop", "popleft"})
+_NOT_HELPERS = frozenset({"zip", "range", "reversed", "sorted", "list", "tuple", "iter", "map", "filter"})
 
 
 def element_facts(statements: list[ast.stmt]) -> list[tuple[str, str, int, int]]:
@@ -38,10 +40,33 @@ def element_facts(statements: list[ast.stmt]) -> list[tuple[str, str, int, int]]
                     and isinstance(value.func, ast.Attribute) and value.func.attr in _TAKES \
                     and isinstance(value.func.value, ast.Name):
                 found.append((target.id, value.func.value.id, stmt.lineno, ELEMENT))
-        elif isinstance(stmt, (ast.For, ast.AsyncFor)) and isinstance(stmt.iter, ast.Name) \
-                and isinstance(stmt.target, (ast.Tuple, ast.List)):
-            found.extend(_slots(stmt.target, stmt.iter.id, stmt.lineno))
+        elif isinstance(stmt, (ast.For, ast.AsyncFor)):
+            found.extend(_iterated(stmt.target, stmt.iter, stmt.lineno))
     return found
+
+
+def call_result(line: int, column: int) -> str:
+    """The name the rows give the unnamed result of the call at (line, column) (`for b in split(grads):`)."""
+    return f"<call@{line}:{column}>"
+
+
+def _iterated(target: ast.AST, iterated: ast.AST, line: int) -> list[tuple[str, str, int, int]]:
+    """`for a, b in outer:` with slots; `for b in helper(x):` (also under `enumerate`) with the call's result as
+    the container (element_flow.py links it to what the helper returns)."""
+    if isinstance(iterated, ast.Name):
+        return _slots(target, iterated.id, line) if isinstance(target, (ast.Tuple, ast.List)) else []
+    if not isinstance(iterated, ast.Call):
+        return []
+    func = iterated.func
+    if isinstance(func, ast.Name) and func.id == "enumerate" and iterated.args \
+            and isinstance(target, (ast.Tuple, ast.List)) and len(target.elts) == 2:
+        return _iterated(target.elts[1], iterated.args[0], line)
+    if isinstance(func, ast.Name) and func.id in _NOT_HELPERS:
+        return []
+    outer = call_result(iterated.lineno, iterated.col_offset + 1)
+    if isinstance(target, ast.Name):
+        return [(target.id, outer, line, ELEMENT)]
+    return _slots(target, outer, line) if isinstance(target, (ast.Tuple, ast.List)) else []
 
 
 def _stored(call: ast.Call, line: int) -> list[tuple[str, str, int, int]]:
