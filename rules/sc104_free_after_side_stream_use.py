@@ -94,6 +94,14 @@ class FreeAfterSideStreamUse(Rule):
         another stream before using the tensors, and the storing function records the tensor for no stream
         (vLLM's PPHandler.receive, which calls `t.record_stream(self.main_stream)` for this reason).
 
+        And a container of another object cleared after helpers used its elements on a side stream
+        (cleared_containers.py): `self.reduce(bucket.grads)` hands the list down (also through lists the helpers
+        rebuild from its elements, `for t in grads: small.append(t)`: element_flow.py) to code that writes the
+        elements by a device op inside `with stream(side):`, and the function then clears the container
+        (`bucket.grads.clear()`, or `bucket.clear()` where a method of that name calls `self.grads.clear()`) with
+        no helper on that way calling `record_stream(side)` on them and no wait for `side` in between (DeepSpeed
+        ZeRO-1/2's IPG buckets, whose gradients the reduction stream overwrites with their reduced values).
+
     Why it is bad:
         The caching allocator remembers only the stream a block was allocated on. Once the tensor is freed, the
         block can be handed to the next allocation on that stream and overwritten while the side stream's kernel
@@ -509,6 +517,31 @@ def offload(tensors, side):
         event.record()
     return out, event
 """,
+        # A bucket's gradients written on the reduction stream by a helper that records them, then the bucket
+        # cleared.
+        """
+import torch
+
+
+class Bucket:
+    def __init__(self):
+        self.grads = []
+
+    def clear(self):
+        self.grads.clear()
+
+
+class Reducer:
+    def copy_back(self, grads, reduced):
+        with torch.cuda.stream(self.reduction_stream):
+            for grad, new in zip(grads, reduced):
+                grad.copy_(new)
+                grad.record_stream(self.reduction_stream)
+
+    def reduce(self, bucket, reduced):
+        self.copy_back(bucket.grads, reduced)
+        bucket.clear()
+""",
     ]
 
     INVALID = [
@@ -903,6 +936,29 @@ def offload(tensors, side):
         event = torch.cuda.Event()
         event.record()
     return out, event  # expect: SC104
+""",
+        # ... without the record: the cleared bucket's gradients may go back to the allocator under the copies.
+        """
+import torch
+
+
+class Bucket:
+    def __init__(self):
+        self.grads = []
+
+    def clear(self):
+        self.grads.clear()
+
+
+class Reducer:
+    def copy_back(self, grads, reduced):
+        with torch.cuda.stream(self.reduction_stream):
+            for grad, new in zip(grads, reduced):
+                grad.copy_(new)
+
+    def reduce(self, bucket, reduced):
+        self.copy_back(bucket.grads, reduced)
+        bucket.clear()  # expect: SC104
 """,
     ]
 
