@@ -88,44 +88,49 @@ def _cleared(program: Program, function: Function, path: str, call: Call) -> tup
     if "." in attr or "[" in path:
         return None
     clears = program.memo("cleared_containers.clears", lambda: _clearing_methods(program))
-    rebinds = [u.line for u in function.facts.uses if u.path == holder.split(".", 1)[0] and u.how == "rebind"]
-    sources = _sources(function, holder.split(".", 1)[0])
+    component = program.component(function.file)
+    root = holder.split(".", 1)[0]
+    rebinds = [u.line for u in function.facts.uses if u.path == root and u.how == "rebind"]
     for later in sorted(function.facts.calls, key=lambda c: (c.line, c.column)):
         if later.line <= call.line or exclusive(function.facts, call.line, later.line):
             continue
         receiver, _, method = later.callee.rpartition(".")
+        clearing = clears.get((component, method), {})
         if later.callee == f"{path}.clear":
             how = f"`{path}.clear()`"
-        elif receiver == holder and method and attr in clears.get(method, {}):
-            how = f"`{later.callee}()` ({clears[method][attr]}: `self.{attr}.clear()`)"
+        elif receiver == holder and attr in clearing:
+            how = f"`{later.callee}()` ({clearing[attr]}: `self.{attr}.clear()`)"
         else:
             continue
         # `bucket = self.ipg_buckets[k]` again between the two: the same container only when bound from the same
         # source each time (DeepSpeed's reduce_ipg_grads walks its buckets twice)
-        if any(call.line < line < later.line for line in rebinds) and not sources:
+        if any(call.line < line < later.line for line in rebinds) and not _one_source(function, root):
             return None
         return later, how
     return None
 
 
-def _sources(function: Function, local: str) -> frozenset[str]:
-    """The one source a local is always bound to an element or view of (FunctionFacts.derived), else empty."""
-    found = {source for name, source, _line in function.facts.derived if name == local}
+def _one_source(function: Function, local: str) -> bool:
+    """Whether every binding of the local takes an element or view of one and the same path
+    (FunctionFacts.derived)."""
+    derived = {source for name, source, _line in function.facts.derived if name == local}
+    bindings = sum(1 for name, _source, _line in function.facts.derived if name == local)
     rebinds = sum(1 for u in function.facts.uses if u.path == local and u.how == "rebind")
-    bound = sum(1 for name, _source, _line in function.facts.derived if name == local)
-    return frozenset(found) if len(found) == 1 and bound >= rebinds else frozenset()
+    return len(derived) == 1 and bindings >= rebinds
 
 
-def _clearing_methods(program: Program) -> dict[str, dict[str, str]]:
-    """method name -> attribute -> the qualname of a method of that name whose body calls `self.<attr>.clear()`."""
-    found: dict[str, dict[str, str]] = {}
+def _clearing_methods(program: Program) -> dict[tuple[str, str], dict[str, str]]:
+    """(component, method name) -> attribute -> the qualname of a method of that name in that component
+    (program.component: a top-level package) whose body calls `self.<attr>.clear()`."""
+    found: dict[tuple[str, str], dict[str, str]] = {}
     for function in program.functions.values():
         if not function.owner:
             continue
         for call in function.facts.calls:
             parts = call.callee.split(".")
             if len(parts) == 3 and parts[0] == "self" and parts[2] == "clear" and not call.args:
-                found.setdefault(function.facts.name, {}).setdefault(parts[1], function.facts.qualname)
+                key = (program.component(function.file), function.facts.name)
+                found.setdefault(key, {}).setdefault(parts[1], function.facts.qualname)
     return found
 
 

@@ -25,9 +25,6 @@ from .extract_elements import ELEMENT
 if TYPE_CHECKING:
     from .program import Function, Program
 
-Carried = frozenset[tuple[str, int]]  # (parameter, slot): ELEMENT for the parameter's elements themselves
-
-
 def element_parameters(program: "Program", function: "Function") -> dict[str, frozenset[str]]:
     """local -> the parameters whose elements it holds (or is one of), for locals that are no parameter."""
     table = program.memo("element_flow.parameters", lambda: {})
@@ -42,12 +39,14 @@ def element_parameters(program: "Program", function: "Function") -> dict[str, fr
 
 
 def _carried(program: "Program", function: "Function") -> dict[str, set[tuple[str, int]]]:
+    """local -> (parameter, slot) pairs it carries: slot ELEMENT for the parameter's elements themselves, k >= 0
+    for elements that are tuples whose k-th part is one."""
     facts = function.facts
     params = [p for p in facts.params if p not in ("self", "cls")]
     if not params:
         return {}
     slotted = {(inner, outer, line) for inner, outer, line, _ in facts.elements}
-    links = [row for row in facts.elements]
+    links = list(facts.elements)
     links += [(local, source, line, ELEMENT) for local, source, line in facts.derived
               if "." not in source and (local, source, line) not in slotted]
     links += _returned_elements(program, function)
