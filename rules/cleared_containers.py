@@ -32,7 +32,7 @@ from .extract import split_index
 from .facts import Access, Call, exclusive
 from .orderings import orderings_of, site_stream, waits_for
 from .program import Function, Program
-from .rule import location
+from .rule import insert_edit, location
 from .races import exits_before
 from .streams import CURRENT_STREAM, HOST, UNKNOWN, display
 from .summaries import argument_for, call_lifetimes, call_orderings, parameter_lifetimes, translate
@@ -201,5 +201,9 @@ def _finding(rule_id: str, function: Function, call: Call, path: str, stream: st
              f"{release.line}: `torch.cuda.current_stream().wait_stream({shown})`."),
         kind="FREE",
         symbol=function.facts.qualname,
-        extra={"path": path, "stream": shown},
+        # A list has no `record_stream`: the edit `--fix` applies is the wait, before the clear.
+        extra={"path": path, "stream": shown,
+               "fix_edit": insert_edit(function, release.line, release.column,
+                                       f"torch.cuda.current_stream().wait_stream({shown})",
+                                       f"before the clear at line {release.line}")},
     )

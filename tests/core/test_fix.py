@@ -59,6 +59,10 @@ EXPECTED = {
     "returned_from_side_stream": ("        gpu.record_stream(torch.cuda.current_stream())", "return gpu", True),
     # A Triton kernel's output read on the current stream: the current stream waits, before the read.
     "triton_kernel_write": ("    torch.cuda.current_stream().wait_stream(side)", "total = out.sum()", True),
+    # A container cleared after a helper used its elements on a side stream: the current stream waits for that
+    # stream before the clear (a list has no record_stream).
+    "cleared_container_free": ("        torch.cuda.current_stream().wait_stream(self.stream)", "self.grads.clear()",
+                               True),
     # Inside the hook: the side stream waits for the hook's current stream before the `with`.
     "hook_waits_default_stream": ("        self.reduce.wait_stream(torch.cuda.current_stream())",
                                   "with torch.cuda.stream(self.reduce):", True),

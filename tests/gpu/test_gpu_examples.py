@@ -67,6 +67,9 @@ ONE_GPU = {
     # The caller's in-place write of the restored tensor against the offload stream's read of it (the scanner
     # reports the take that hands it back unwaited).
     "stash_without_event_wait": ("SC201", "WAR"),
+    # The bucket's elements, written on the side stream by a helper, freed by the clear; the current stream's next
+    # allocation takes a block
+    "cleared_container_free": ("SC202", "FREE"),
     # The program's own @triton.jit kernel writes what its source stores through (launches.py reads the source)
     "triton_kernel_write": ("SC201", "RAW"),
     # A CUDA IPC export filled after torch recorded the export's event, handed to the consumer process by the queue

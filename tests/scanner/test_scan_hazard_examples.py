@@ -21,6 +21,7 @@ PAIRS = [
     ("future_wait_side", "SC105", "RAW", "t"),
     ("handle_travels", "SC105", "RAW", "req.out"),
     ("host_read_after_return", "SC102", "HOST", "host"),  # read by the helper's caller
+    ("cleared_container_free", "SC104", "FREE", "self.grads"),  # the elements used on a side stream by a helper
 ]
 # Racy examples whose finding stands at another marked line: the read that needed the record (the runtime reports
 # the reuse, at `race`'s free).
