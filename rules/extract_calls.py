@@ -19,7 +19,7 @@ from .extract_names import (
     VIEW_METHODS,
 )
 from .extract_paths import access_path, arg_text, dotted, elements, index_of
-from .facts import Access, Call, Sync
+from .facts import MODULE_SCOPE, Access, Call, Sync
 from .options import matches_name
 from .torch_api import INIT_FUNCTIONS, TENSOR_INPLACE_METHODS, TENSOR_METHODS
 
@@ -98,6 +98,8 @@ class CallsAndAccesses(ast.NodeVisitor):
                 receiver, arg = (arg, receiver) if arg else (dotted(node), receiver)
             self.fn.syncs.append(
                 Sync(sync_kind, receiver, line, col, arg, self.region, self.blocks[-1], method or last))
+            self._note_outer_name(receiver)
+            self._note_outer_name(arg)
         on_module = receiver.split(".", 1)[0] in self.facts.imports  # `torch.add(...)`, `dist.all_reduce(...)`
         tensor_method = bool(method) and not on_module and method in TENSOR_METHODS
         if method and on_module:
@@ -116,6 +118,7 @@ class CallsAndAccesses(ast.NodeVisitor):
             # `events.append(event)`: kept only if `event` turns out to be recorded here (_drop_unrecorded_stores)
             self.fn.syncs.append(Sync("store", receiver, line, col, node.args[0].id, self.region, self.blocks[-1],
                                       method))
+            self._note_outer_name(receiver)
             if receiver.startswith("self.") and receiver.count(".") == 1:  # kept for call_values.py
                 self.fn.keeps.append((node.args[0].id, receiver, line))
         host_only = callee in HOST_ONLY_FUNCTIONS or (method in HOST_ONLY_METHODS and not on_module)
@@ -263,6 +266,14 @@ class CallsAndAccesses(ast.NodeVisitor):
             if name in bound:
                 return qualname
         return ""
+
+    def _note_outer_name(self, text: str) -> None:
+        """FunctionFacts.outer_names: the root of a sync's receiver or argument, when an enclosing function (not
+        the module) binds it."""
+        root = text.split(".", 1)[0].split("[", 1)[0]
+        owner = self._owner(root) if root.isidentifier() and root not in ("self", "cls") else ""
+        if owner and owner != MODULE_SCOPE:
+            self.fn.outer_names[root] = owner
 
     def visit_Name(self, node: ast.Name) -> None:
         if not isinstance(node.ctx, ast.Load):

@@ -357,11 +357,18 @@ class HazardCollector:
             path = self._mark(receiver.func.value)
             if path:
                 self._use(path, "free", node, f"{receiver.func.attr}().resize_", at_end=True)
+                self._resize_allocation(path, node)
+            return
+        if method == "resize_" and self.access_path(receiver):  # `stor.resize_(n)` of a storage (or tensor) object
+            self._resize_allocation(self._mark(receiver), node)
             return
         if method == "set_" and self.access_path(receiver):  # `tmp.set_(ref.untyped_storage(), ...)`: a view of
             path = self._mark(receiver)                          # ref's storage from now on, not its own memory
             self._use(path, "rebind", node, "set_", at_end=True)
             self.fn.placements.append(Placement(path, "", node.lineno, False, self.v.region))
+            source = storage_owner(node.args[0] if node.args else _keyword(node, "source"), self.access_path)
+            if source and source != path:  # what is written through `tmp` is written into `ref` (aliasing.py)
+                self.fn.derived.append((path, source, node.lineno))
             return
         if method in ("synchronize", "wait_event"):
             # `ev.synchronize()`, `s.wait_event(ev)`: a wait of an event that may have come with its buffers
@@ -433,6 +440,16 @@ class HazardCollector:
         if path:
             self._use(path, how, node, method, at_end=how == "free")
         self._arguments(node, "write" if method in FILLER_NAMES else "read")
+
+    def _resize_allocation(self, path: str, node: ast.Call) -> None:
+        """`x.untyped_storage().resize_(n)`, `stor.resize_(n)` with a size other than 0: the caching allocator hands
+        out a block on the current stream here, as a factory would (fresh_block_on_side_stream.py); `resize_(0)`
+        only frees."""
+        size = node.args[0] if node.args else _keyword(node, "size")
+        if size is None or isinstance(size, ast.Constant) and size.value == 0:
+            return
+        self._use(path, "alloc", node, "resize_", at_end=True)
+        self.fn.placements.append(Placement(path, "", node.lineno, True, self.v.region))
 
     def _unbound_copy(self, expr: ast.AST) -> str | None:
         """For a non_blocking `.to(...)` / `.cpu()` / `.cuda()` whose result is used right away, a name for that
@@ -532,6 +549,8 @@ class HazardCollector:
             path = self._mark(target.value)
             if path and not (swapped and _same_root(path, self._assigned_from)):
                 self._use(path, "free", statement, ".data=", at_end=True)
+            if path and "." not in path and self._assigned_from and not _same_root(path, self._assigned_from):
+                self.fn.derived.append((path, self._assigned_from, statement.lineno))  # `x.data = y`: y's memory
         elif isinstance(target, (ast.Name, ast.Attribute)):
             path = self._mark(target)
             if path:
@@ -724,7 +743,7 @@ class HazardCollector:
             interesting.update(u.path for u in fn.uses if u.region != NO_REGION)
             interesting.update(lists_from_calls(fn))  # a callee's handles, maybe (returned_handles.py)
             # Released or held for a stream here: the function may run inside a caller's region (SC104).
-            interesting.update(u.path for u in fn.uses if u.how in ("free", "record_stream")
+            interesting.update(u.path for u in fn.uses if u.how in ("free", "record_stream", "alloc")
                                or (u.how == "rebind" and u.arg == "None"))
             # A fresh allocation returned: made on the caller's stream (fresh_block_on_side_stream.py).
             returned = {u.path for u in fn.uses if u.how == "escape" and u.arg == RETURNED}
@@ -747,6 +766,14 @@ class HazardCollector:
 
 def _is_view_call(node: ast.AST, view_methods: frozenset[str]) -> bool:
     return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in view_methods
+
+
+def storage_owner(expr: ast.AST | None, access_path) -> str | None:
+    """The tensor whose memory a `set_` source names: `ref.untyped_storage()` / `ref.storage()` -> `ref`, a plain
+    path (a storage object or a tensor) -> itself."""
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in STORAGE_METHODS:
+        expr = expr.func.value
+    return access_path(expr) if expr is not None else None
 
 
 def _keyword(call: ast.Call, name: str) -> ast.AST | None:

@@ -115,7 +115,8 @@ class Use:
     `.item()`), "write" (in-place method, `out=`, `x[...] = v`, `x += v`, filled by a reader), "stream" (the
     source of a non_blocking copy: ordered on the stream, not on the host), "rebind" (`x = ...`; arg "None" for
     `x = None`), "free" (`del x`,
-    `x.data = ...`, `x.resize_(...)`, `x.storage().resize_(0)`), "escape" (returned or stored elsewhere),
+    `x.data = ...`, `x.resize_(...)`, `x.storage().resize_(0)`), "alloc" (`x.untyped_storage().resize_(n)`,
+    `stor.resize_(n)`, n not 0: a block handed out on the current stream), "escape" (returned or stored elsewhere),
     "record_stream" (arg: the stream), "wait" (`x.wait()`, also through `for h in x`). An escape's arg is where
     it went when that is one path (`obj.f = x`, `y = x`), RETURNED for `return x` / `yield x`, else empty.
     """
@@ -207,6 +208,10 @@ class FunctionFacts:
     # (`if overlap: stream = self.s1` / `else: stream = current_stream()`, races.ways_through_branches).
     stream_bindings: list[tuple[str, int, str]] = field(default_factory=list)
     params: list[str] = field(default_factory=list)  # parameter names, in order
+    # Plain names a nested function's syncs use from an enclosing function's scope -> that function's qualname
+    # (`stash_done_events[-1].synchronize()` in one closure, `stash_done_events.append(ev)` in its sibling): one
+    # event container for both (orderings.event_id). Module globals are not listed.
+    outer_names: dict[str, str] = field(default_factory=dict)
     # The parameters annotated as nothing but a tensor (`torch.Tensor`, `torch.Tensor | None`), detailed files
     # only: a read of one handed to code the scan cannot see is a tensor read (outside_producers.py).
     tensor_params: list[str] = field(default_factory=list)
@@ -248,7 +253,8 @@ class FunctionFacts:
     # (orderings.event_id).
     rebound: list[tuple[str, int]] = field(default_factory=list)
     # (local, path, line): a local bound to elements or a view of another path (`for op in self.recv_ops`,
-    # `local = [op for op in self.ops if ...]`, `view = req.dest[a:b]`): what is written through the local is
+    # `local = [op for op in self.ops if ...]`, `view = req.dest[a:b]`), or made a view of its memory
+    # (`local.set_(path.untyped_storage(), ...)`, `local.data = path`): what is written through the local is
     # written into that path (outside_consumers.py).
     derived: list[tuple[str, str, int]] = field(default_factory=list)
     # (local, path, line): from `line` on, the local is another name for an attribute path (`cur = self._cur`,
@@ -316,6 +322,7 @@ class FunctionFacts:
         kwargs = {k: data[k] for k in ("qualname", "name", "cls", "line", "end_line")}
         kwargs["stream_aliases"] = {k: list(v) for k, v in data.get("stream_aliases", {}).items()}
         kwargs["params"] = list(data.get("params", ()))
+        kwargs["outer_names"] = dict(data.get("outer_names", {}))
         kwargs["tensor_params"] = list(data.get("tensor_params", ()))
         kwargs["self_assigns"] = list(data.get("self_assigns", ()))
         kwargs["branches"] = [tuple(b) for b in data.get("branches", ())]

@@ -11,6 +11,11 @@ mid-backward reload writing from copy_stream would overwrite a live activation (
 with `copy_stream.wait_stream(compute_stream)`; torchrec's pipelines pre-allocate on the default stream and make
 the memcpy stream wait before the copies.
 
+A storage grown by `resize_(n)` (`stor.resize_(n)`, `x.untyped_storage().resize_(n)`) is such an allocation too,
+and a local that views the block (`tmp.set_(ref.untyped_storage(), ...)`, `ref.data = view`, `row = buf[i]`:
+FunctionFacts.derived) writes into it (torchrec's memory stashing restore re-allocates the stashed storage and fills
+it on the H2D stream through a second view).
+
 The allocation must be in the writing function (or be a helper's returned allocation bound there), the write
 inside a stream region of that function, and no ordering of the region's stream after the allocating stream may
 lie before the write on its way (the engine's reader-side search: the function from its start, the region's
@@ -23,6 +28,7 @@ from typing import Iterable, NamedTuple
 
 from streamcheck.findings import ROLE_STREAM_CONTEXT, ROLE_WRITE, Finding
 
+from .aliasing import derived_paths
 from .facts import NO_REGION, RETURNED, Access, Placement, Use
 from .facts import exclusive
 from .hazard_flow import where
@@ -51,7 +57,7 @@ def writes_into_fresh_blocks(program: Program, rule_id: str) -> Iterable[Finding
         frame = program.only_side_stream(function.id) or (
             CURRENT_STREAM if program.streams_of(function.id) == {CURRENT_STREAM} else UNKNOWN)
         reported: set[tuple[str, int]] = set()
-        for write in facts.accesses:
+        for write in program.accesses_in(function):  # (a helper's write to its parameter: the argument's)
             if write.kind != "write" or write.region == NO_REGION or write.fresh or "." in write.path:
                 continue  # only locals: an attribute's binding here need not be the memory written later
             if (write.path, write.region) in reported:
@@ -88,7 +94,18 @@ def ordered_on_every_way(program: Program, function: Function, position: Positio
 
 
 def _allocation(program: Program, function: Function, write: Access) -> Allocation | None:
-    return allocation_before(program, function, write.path, (write.line, write.column))
+    """The allocation of the block the write lands in: the written local's own, or else that of a path the local
+    views (`tmp.set_(ref.untyped_storage(), ...)`, `ref.data = view`, `row = buf[i]`: FunctionFacts.derived, a few
+    steps: torchrec's restore re-allocates a storage with `resize_`, points a tensor at it and fills it through a
+    second view)."""
+    position = (write.line, write.column)
+    found = allocation_before(program, function, write.path, position)
+    if found is None:
+        for path in sorted(derived_paths(function, write.path, write.line) - {write.path}):
+            found = allocation_before(program, function, path, position)
+            if found is not None:
+                return found._replace(how=f"{found.how} as `{path}`, whose memory it views,")
+    return found
 
 
 def allocation_before(program: Program, function: Function, path: str, position: tuple[int, int]) \
@@ -97,7 +114,7 @@ def allocation_before(program: Program, function: Function, path: str, position:
     is a fresh device allocation (a factory, a copy, or a call of a scanned helper returning one)."""
     facts = function.facts
     line = position[0]
-    bindings = [u for u in facts.uses if u.path == path and u.how == "rebind"
+    bindings = [u for u in facts.uses if u.path == path and u.how in ("rebind", "alloc")
                 and (u.line, u.column) < position and not exclusive(facts, u.line, line)]
     if not bindings:
         return None
@@ -122,7 +139,8 @@ def _fresh_binding(program: Program, function: Function, path: str, binding: Use
                 program, function, path, placement):
             return None
         return Allocation(placement.line, binding.start_column or binding.column,
-                          site_stream(program, function, placement.region), "allocated")
+                          site_stream(program, function, placement.region),
+                          "allocated by `resize_`" if binding.how == "alloc" else "allocated")
     return _helper_allocation(program, function, binding, start)
 
 

@@ -77,6 +77,9 @@ def event_id(program: "Program", function: "Function", text: str, line: int = 0)
     if text.startswith("self."):
         attr = text.split(".")[1]
         return f"{text}@{program.attr_owner(function.file.path, function.owner, attr)}"
+    owner = function.facts.outer_names.get(text.split(".", 1)[0].split("[", 1)[0])
+    if owner:  # a closure's name: the enclosing function's (one list of events for its sibling closures)
+        return f"{function.file.path}::{owner}::{text}"
     return f"{function.id}::{text}"
 
 

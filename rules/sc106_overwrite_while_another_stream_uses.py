@@ -30,8 +30,9 @@ class OverwriteWhileAnotherStreamUses(Rule):
         (directly or through calls). Two writes in two different stream regions of two functions are also
         reported (WAW), whatever their order. A wait in the other direction (`s.wait_stream(current)`) orders
         nothing here. Two overwrites by a side stream of what the current stream may still use are found too:
-        a block the current stream just allocated (in the function, or returned by a helper of the scan) filled
-        inside `with torch.cuda.stream(s):` before `s` waits for the current stream, on every call path
+        a block the current stream just allocated (in the function, or returned by a helper of the scan; a
+        storage grown by `resize_(n)` too, also filled through a view of it: `tmp.set_(storage)`, `x.data = view`)
+        filled inside `with torch.cuda.stream(s):` before `s` waits for the current stream, on every call path
         (fresh_block_on_side_stream.py); and a tensor that came from outside the function (a parameter, a loop
         variable over one, a `self.` attribute, a value taken out of an attribute's container) overwritten on a
         side stream that nothing in the whole program ever makes wait (unwaited_side_stream_writes.py). And a
@@ -149,6 +150,20 @@ class Stash:
         x.mul_(2)
         return x
 """,
+        # A storage re-allocated with `resize_` and filled through a view after the side stream waited.
+        """
+import torch
+
+h2d_stream = torch.cuda.Stream()
+
+def restore(storage, nbytes, like, host):
+    storage.resize_(nbytes)
+    tmp = torch.tensor([], dtype=like.dtype, device="cuda")
+    tmp.set_(storage, 0, like.shape)
+    h2d_stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(h2d_stream):
+        tmp.copy_(host, non_blocking=True)
+""",
         # Written first, read later (SC101's business, not a WAR).
         """
 import torch
@@ -224,6 +239,20 @@ def reload(host_state):
         buf.copy_(host_state, non_blocking=True)  # expect: SC106
     copy_stream.wait_stream(torch.cuda.current_stream())
     return buf
+""",
+        # A storage re-allocated with `resize_` on the current stream, filled through a `set_` view on a side
+        # stream that did not wait (torchrec's memory stashing restore less its wait).
+        """
+import torch
+
+h2d_stream = torch.cuda.Stream()
+
+def restore(storage, nbytes, like, host):
+    storage.resize_(nbytes)
+    tmp = torch.tensor([], dtype=like.dtype, device="cuda")
+    tmp.set_(storage, 0, like.shape)
+    with torch.cuda.stream(h2d_stream):
+        tmp.copy_(host, non_blocking=True)  # expect: SC106
 """,
         # The caller's tensor overwritten on a stream nothing ever makes wait (Megatron's hybrid optimizer less
         # its wait).

@@ -149,3 +149,51 @@ def test_files_without_stream_words_get_no_hazard_facts():
     facts = extract_facts("def f(x):\n    y = x.cpu()\n    del y\n", "plain.py", StaticOptions())
     assert not facts.detailed
     assert all(not (f.uses or f.placements) for f in facts.functions)
+
+
+STORAGE_ALIASES = """
+import torch
+
+def outer(refs, storages, side):
+    events = []
+
+    def stash():
+        ev = torch.cuda.Event()
+        ev.record(side)
+        events.append(ev)
+
+    def restore(n):
+        events[-1].synchronize()
+        for ref, stor in zip(refs, storages):
+            stor.resize_(n)
+            view = torch.tensor([], device="cuda")
+            view.set_(stor, 0, ref.shape)
+            ref.data = view
+            ref.untyped_storage().resize_(0)
+            tmp = torch.tensor([], device="cuda")
+            tmp.set_(ref.untyped_storage(), 0, ref.shape)
+            with torch.cuda.stream(side):
+                tmp.zero_()
+"""
+
+
+def test_set_and_data_make_a_local_a_view_and_resize_allocates():
+    facts = extract_facts(textwrap.dedent(STORAGE_ALIASES), "m.py", StaticOptions())
+    restore = next(f for f in facts.functions if f.qualname == "outer.restore")
+    at = lambda text: line_of(STORAGE_ALIASES, text)  # noqa: E731
+    assert [d for d in restore.derived if d[0] in ("view", "ref", "tmp")] == [
+        ("ref", "refs", at("for ref, stor")), ("view", "stor", at("view.set_(")), ("ref", "view", at("ref.data = view")),
+        ("tmp", "ref", at("tmp.set_("))]
+    assert [(u.path, u.line) for u in restore.uses if u.how == "alloc"] == [("stor", at("stor.resize_(n)"))]
+    assert Placement("stor", "", at("stor.resize_(n)"), True) in restore.placements
+    # resize_(0) frees and allocates nothing
+    assert [(u.path, u.arg) for u in restore.uses if u.how == "free" and u.line == at("resize_(0)")] == [
+        ("ref", "untyped_storage().resize_")]
+
+
+def test_a_closure_names_the_event_list_of_its_enclosing_function():
+    facts = extract_facts(textwrap.dedent(STORAGE_ALIASES), "m.py", StaticOptions())
+    names = {f.qualname: f.outer_names for f in facts.functions}
+    assert names["outer.stash"] == {"side": "outer", "events": "outer"}
+    assert names["outer.restore"] == {"events": "outer"}
+    assert names["outer"] == {}

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import textwrap
 
+import pytest
+
 from static_helpers import findings_of, line_of, summary_of
 
 
@@ -193,6 +195,91 @@ def test_a_wait_in_only_one_of_two_callers_leaves_the_other_call_unordered():
     assert waited != source
     assert findings_of({"pipeline.py": waited}, {"SC106"}) == []
 
+
+
+# torchrec's memory stashing restore (memory_stashing.py): the stashed storage is re-allocated with `resize_` on the
+# current stream, a tensor is pointed at it (`set_`, `.data =`) and filled on the H2D stream through a second view,
+# in two closures that share the stash's event list.
+RESTORE = """
+import torch
+
+def chunked_copy_(dst, src):
+    dst.copy_(src, non_blocking=True)
+
+def stash_tensors(tensors, d2h_stream, h2d_stream):
+    stash_data = []
+    storages = []
+    stash_done_events = []
+
+    def execute_stash():
+        with torch.cuda.stream(d2h_stream):
+            for tensor in tensors:
+                cpu_buffer = torch.empty(tensor.shape, device="cpu", pin_memory=True)
+                chunked_copy_(cpu_buffer, tensor)
+                tensor.record_stream(d2h_stream)
+                stash_data.append((tensor, cpu_buffer, tensor.untyped_storage().size()))
+                storages.append(tensor.untyped_storage())
+            for tensor, _, _ in stash_data:
+                tensor.untyped_storage().resize_(0)
+        stash_done_event = torch.cuda.Event()
+        stash_done_event.record(d2h_stream)
+        stash_done_events.append(stash_done_event)
+
+    def restore(sync_event=None):
+        if stash_done_events and not stash_done_events[-1].query():
+            stash_done_events[-1].synchronize()
+        for (hbm_ref, _cpu_buf, size), orig_stor in zip(stash_data, storages):
+            orig_stor.resize_(size)
+            ref = torch.tensor([], dtype=hbm_ref.dtype, device="cuda")
+            ref.set_(orig_stor, 0, hbm_ref.shape, hbm_ref.stride())
+            hbm_ref.data = ref
+        if sync_event is not None:
+            EVENT_WAIT
+        else:
+            STREAM_WAIT
+        for hbm_ref, cpu_buf, _ in stash_data:
+            tmp = torch.tensor([], dtype=hbm_ref.dtype, device=hbm_ref.device)
+            tmp.set_(hbm_ref.untyped_storage(), hbm_ref.storage_offset(), hbm_ref.shape, hbm_ref.stride())
+            with torch.cuda.stream(h2d_stream):
+                chunked_copy_(tmp, cpu_buf)
+            hbm_ref.record_stream(h2d_stream)
+
+    return execute_stash, restore
+"""
+EVENT_WAIT = "h2d_stream.wait_event(sync_event)"
+STREAM_WAIT = "h2d_stream.wait_stream(torch.cuda.current_stream())"
+
+
+@pytest.mark.parametrize("deleted", ["EVENT_WAIT", "STREAM_WAIT"])
+def test_a_storage_resized_on_the_current_stream_and_filled_through_a_view_on_a_side_stream(deleted):
+    racy = textwrap.dedent(RESTORE).replace("EVENT_WAIT", EVENT_WAIT).replace("STREAM_WAIT", STREAM_WAIT).replace(
+        {"EVENT_WAIT": EVENT_WAIT, "STREAM_WAIT": STREAM_WAIT}[deleted], "pass")
+    findings = findings_of({"memory_stashing.py": racy}, {"SC106"})
+    assert summary_of(findings) == [("SC106", "memory_stashing.py", line_of(racy, "chunked_copy_(tmp, cpu_buf)"),
+                                     "WAR")]
+    assert _related(findings[0]) == [("write", line_of(racy, "orig_stor.resize_(size)")),
+                                     ("stream context", line_of(racy, "with torch.cuda.stream(h2d_stream)"))]
+    assert "allocated by `resize_` as `orig_stor`, whose memory it views," in findings[0].message
+
+
+def test_a_storage_resized_then_filled_after_the_side_stream_waits_on_every_way_is_clean():
+    fixed = textwrap.dedent(RESTORE).replace("EVENT_WAIT", EVENT_WAIT).replace("STREAM_WAIT", STREAM_WAIT)
+    assert findings_of({"memory_stashing.py": fixed}, {"SC106"}) == []
+
+
+def test_a_storage_resized_to_zero_is_no_allocation():
+    source = textwrap.dedent("""
+        import torch
+
+        def refill(t, src, side):
+            t.untyped_storage().resize_(0)
+            with torch.cuda.stream(side):
+                t.copy_(src, non_blocking=True)
+    """)
+    assert findings_of({"m.py": source}, {"SC106"}) == []
+    grown = source.replace("resize_(0)", "resize_(src.numel() * 4)")
+    assert summary_of(findings_of({"m.py": grown}, {"SC106"})) == [("SC106", "m.py", line_of(grown, "t.copy_("),
+                                                                   "WAR")]
 
 def test_an_allocation_inside_the_region_or_on_the_host_is_no_foreign_block():
     source = textwrap.dedent("""
