@@ -238,6 +238,10 @@ class FunctionFacts:
     # (first, last) line of blocks under a condition (if/else, except, case; not loop bodies): what a caller can
     # count on a call to do leaves these out (summaries.py).
     guarded: list[tuple[int, int]] = field(default_factory=list)
+    # (first, last, names) of each `if` body and `else` arm: the names and attribute paths its test reads
+    # (`if all_reduce_group is not None:` -> ("all_reduce_group",)), so that two blocks under tests of unrelated
+    # names can be told apart (guards.py).
+    guard_tests: list[tuple[int, int, tuple[str, ...]]] = field(default_factory=list)
     # (first, last) line of `for` and `while` loops: what a launch leaves to the next iteration (SC105).
     loops: list[tuple[int, int]] = field(default_factory=list)
     # (local, container path, line): `data = self._context.batches.pop(k)` takes an element out of a container
@@ -322,6 +326,7 @@ class FunctionFacts:
         kwargs["returns"] = [tuple(b) for b in data.get("returns", ())]
         kwargs["guarded"] = [tuple(b) for b in data.get("guarded", ())]
         kwargs["loops"] = [tuple(b) for b in data.get("loops", ())]
+        kwargs["guard_tests"] = [(first, last, tuple(names)) for first, last, names in data.get("guard_tests", ())]
         kwargs["taken"] = [tuple(t) for t in data.get("taken", ())]
         kwargs["rebound"] = [tuple(t) for t in data.get("rebound", ())]
         kwargs["derived"] = [tuple(t) for t in data.get("derived", ())]
