@@ -142,3 +142,25 @@ def test_the_block_under_another_test_that_waits_itself_is_ordered():
 def test_a_wait_under_a_test_of_the_same_name_still_counts():
     # (correlated guards: `if hook is not None:` twice is one choice made twice)
     assert findings_of({"m.py": REDUCE.format(group_test="hook is not None and ar_group", hook_wait="")}) == []
+
+
+def test_a_wait_in_the_block_that_also_holds_the_write_still_counts():
+    # (the write and its wait run together: the way without the block has neither)
+    source = """
+        import torch
+
+        def reduce(inp, rs_stream, ar_stream, ar_group, hook, n):
+            out = torch.empty(n, device="cuda")
+            rs_stream.wait_stream(torch.cuda.current_stream())
+            if ar_group is not None:
+                with torch.cuda.stream(rs_stream):
+                    out.copy_(inp)
+                ar_stream.wait_stream(rs_stream)
+                with torch.cuda.stream(ar_stream):
+                    out.add_(1)
+            if hook is not None:
+                with torch.cuda.stream(ar_stream):
+                    hook(out)
+            return out
+    """
+    assert findings_of({"m.py": source}) == []
