@@ -276,6 +276,10 @@ class FunctionFacts:
     # one name per return, empty when any return gives something else (call_values.py reads a call of it as a
     # read of that attribute of the receiver).
     hands_back: list[str] = field(default_factory=list)
+    # The access path each `return` hands back as written, "" for a return of anything else (`return
+    # group.hsdp_wbuf`; "self" for `return self.data[a:b]`, a view of the object's own tensor: a call of such an
+    # accessor reads its receiver, call_values.py).
+    returned_paths: list[str] = field(default_factory=list)
     # (line, column) of every `return <value>` and `yield <value>` statement: where the caller gets what the function
     # made (an exported IPC buffer goes out to another process from there: cross_process.py).
     hand_backs: list[tuple[int, int]] = field(default_factory=list)
@@ -337,6 +341,7 @@ class FunctionFacts:
         kwargs["keeps"] = [tuple(t) for t in data.get("keeps", ())]
         kwargs["hands_out"] = list(data.get("hands_out", ()))
         kwargs["hands_back"] = list(data.get("hands_back", ()))
+        kwargs["returned_paths"] = list(data.get("returned_paths", ()))
         kwargs["hand_backs"] = [tuple(t) for t in data.get("hand_backs", ())]
         kwargs["host_collectives"] = [tuple(t) for t in data.get("host_collectives", ())]
         kwargs["device_groups"] = [tuple(t) for t in data.get("device_groups", ())]
