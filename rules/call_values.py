@@ -18,7 +18,9 @@ At each call the callee's facts (FunctionFacts.returned, keeps, hands_out) becom
   receiver's container (`self.groups._tensors`); `_tensors` then pairs by its name with the store above
   (aliasing.access_keys);
 - **handed back**: a call of an accessor (`chunks[k].get_gpu_chunk()`, every return `return self.gpu_chunk`,
-  FunctionFacts.hands_back) reads that attribute of the receiver (`chunks.gpu_chunk`) at the call.
+  FunctionFacts.hands_back) reads that attribute of the receiver (`chunks.gpu_chunk`) at the call; one whose every
+  return is a slice of the object's own tensor (`return self.data[start:end]`, FunctionFacts.returned_paths "self",
+  Megatron FSDP's `get_shard_from_local_buffer()`) reads the receiver itself.
 A call is followed through its exact edges, or through its one edge when the method's name resolves to a single
 function of the program (`group.push_tensor`: the receiver is a local whose class the scan does not know).
 """
@@ -76,8 +78,13 @@ def _accessor_read(callee: "Function", call: Call, receiver: str) -> list[Access
     element's attribute, as summaries.bind names it). A method that works and then returns the attribute
     (`load(batch)`: copy into `self.staged`, return it) hands out a result, not an accessor's read."""
     attrs = set(callee.facts.hands_back)
-    if len(attrs) != 1 or "" in attrs or "(" in receiver or call.args or callee.facts.accesses \
-            or callee.facts.regions:
+    if "(" in receiver or call.args or callee.facts.regions:
+        return []
+    if set(callee.facts.returned_paths) == {"self"} and not any(a.kind == "write" for a in callee.facts.accesses):
+        # `return self.data[a:b]` (a shard of the object's own tensor, after index arithmetic): the receiver's
+        # tensor is read (index reads are no tensor work; a write would make it a worker, not an accessor)
+        return [Access("read", receiver, call.line, call.column, callee.facts.name, call.region)]
+    if len(attrs) != 1 or "" in attrs or callee.facts.accesses:
         return []
     return [Access("read", f"{receiver}.{attrs.pop()}", call.line, call.column, callee.facts.name, call.region)]
 

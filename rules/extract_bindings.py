@@ -126,6 +126,7 @@ class Bindings(ast.NodeVisitor):
             path = (access_path(node.value) if isinstance(node.value, ast.Attribute) else "") or ""
             self.fn.hands_back.append(path[len("self."):] if path.startswith("self.") and path.count(".") == 1
                                       else "")
+            self.fn.returned_paths.append(_returned_path(node.value))
         self.generic_visit(node)
 
     def _packed(self, target: ast.AST, value: ast.AST) -> None:
@@ -423,3 +424,14 @@ def _converts_dtype_only(call: ast.Call) -> bool:
     given = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "dtype"), None)
     return isinstance(given, ast.Attribute) and isinstance(given.value, ast.Name) and given.value.id == "torch" \
         and given.attr in TORCH_DTYPES
+
+
+def _returned_path(value: ast.AST) -> str:
+    """The access path a `return` hands back (FunctionFacts.returned_paths): `group.hsdp_wbuf`; "self" for a view
+    of the object's own tensor (`self.data[a:b]`, `self.data`); "" for anything else."""
+    while isinstance(value, ast.Subscript):
+        value = value.value
+    if isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name) and value.value.id == "self" \
+            and value.attr == "data":
+        return "self"
+    return (access_path(value) if isinstance(value, ast.Attribute) else "") or ""

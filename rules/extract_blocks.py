@@ -77,6 +77,10 @@ class RegionsAndBlocks(ast.NodeVisitor):
 
     def visit_If(self, node: ast.If) -> None:
         self.visit(node.test)
+        tested = _tested_names(node.test)
+        for arm in (node.body, node.orelse):
+            if arm:
+                self.fn.guard_tests.append((arm[0].lineno, arm[-1].end_lineno or arm[-1].lineno, tested))
         syncs_before = len(self.fn.syncs)
         self._visit_block(node.body, guarded=not _only_if_it_exists(node))
         if _on_another_platform(node.test):
@@ -134,6 +138,19 @@ OTHER_PLATFORM_TESTS = frozenset({"is_xpu", "is_hpu", "is_npu", "is_tpu", "is_cp
 def _on_another_platform(test: ast.expr) -> bool:
     return isinstance(test, ast.Call) and not test.args and not test.keywords \
         and dotted(test.func).rsplit(".", 1)[-1] in OTHER_PLATFORM_TESTS
+
+
+def _tested_names(test: ast.expr) -> tuple[str, ...]:
+    """The names and attribute paths an `if` test reads, each as its longest dotted path (`self.cfg.overlap`),
+    callees included (`dist.get_world_size`)."""
+    found: list[str] = []
+    for node in ast.walk(test):
+        if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load):
+            text = dotted(node)
+            if "?" not in text and "[]" not in text and "()" not in text:
+                found.append(text)
+    # keep the longest paths only: `self.cfg.overlap` covers its own `self.cfg` and `self`
+    return tuple(sorted({t for t in found if not any(o.startswith(t + ".") for o in found)}))
 
 
 def _only_if_it_exists(node: ast.If) -> bool:

@@ -243,6 +243,10 @@ class FunctionFacts:
     # (first, last) line of blocks under a condition (if/else, except, case; not loop bodies): what a caller can
     # count on a call to do leaves these out (summaries.py).
     guarded: list[tuple[int, int]] = field(default_factory=list)
+    # (first, last, names) of each `if` body and `else` arm: the names and attribute paths its test reads
+    # (`if all_reduce_group is not None:` -> ("all_reduce_group",)), so that two blocks under tests of unrelated
+    # names can be told apart (guards.py).
+    guard_tests: list[tuple[int, int, tuple[str, ...]]] = field(default_factory=list)
     # (first, last) line of `for` and `while` loops: what a launch leaves to the next iteration (SC105).
     loops: list[tuple[int, int]] = field(default_factory=list)
     # (local, container path, line): `data = self._context.batches.pop(k)` takes an element out of a container
@@ -278,6 +282,10 @@ class FunctionFacts:
     # one name per return, empty when any return gives something else (call_values.py reads a call of it as a
     # read of that attribute of the receiver).
     hands_back: list[str] = field(default_factory=list)
+    # The access path each `return` hands back as written, "" for a return of anything else (`return
+    # group.hsdp_wbuf`; "self" for `return self.data[a:b]`, a view of the object's own tensor: a call of such an
+    # accessor reads its receiver, call_values.py).
+    returned_paths: list[str] = field(default_factory=list)
     # (line, column) of every `return <value>` and `yield <value>` statement: where the caller gets what the function
     # made (an exported IPC buffer goes out to another process from there: cross_process.py).
     hand_backs: list[tuple[int, int]] = field(default_factory=list)
@@ -333,6 +341,7 @@ class FunctionFacts:
         kwargs["returns"] = [tuple(b) for b in data.get("returns", ())]
         kwargs["guarded"] = [tuple(b) for b in data.get("guarded", ())]
         kwargs["loops"] = [tuple(b) for b in data.get("loops", ())]
+        kwargs["guard_tests"] = [(first, last, tuple(names)) for first, last, names in data.get("guard_tests", ())]
         kwargs["taken"] = [tuple(t) for t in data.get("taken", ())]
         kwargs["rebound"] = [tuple(t) for t in data.get("rebound", ())]
         kwargs["derived"] = [tuple(t) for t in data.get("derived", ())]
@@ -343,6 +352,7 @@ class FunctionFacts:
         kwargs["keeps"] = [tuple(t) for t in data.get("keeps", ())]
         kwargs["hands_out"] = list(data.get("hands_out", ()))
         kwargs["hands_back"] = list(data.get("hands_back", ()))
+        kwargs["returned_paths"] = list(data.get("returned_paths", ()))
         kwargs["hand_backs"] = [tuple(t) for t in data.get("hand_backs", ())]
         kwargs["host_collectives"] = [tuple(t) for t in data.get("host_collectives", ())]
         kwargs["device_groups"] = [tuple(t) for t in data.get("device_groups", ())]

@@ -26,6 +26,7 @@ from .callgraph import Edge, Function
 from .facts import NO_REGION, Access, FunctionFacts, exclusive
 from .orderings import (EVENT, Ordering, event_id, ordered_by, orderings_in_program, orderings_of, recording_stream,
                         site_stream)
+from .guards import serves_another_block
 from .hooks import hook_run_functions
 from .streams import CURRENT_STREAM, EARLIER_HOOK_CALL, HOST, PARAM, UNKNOWN, display, stream_id
 from .summaries import call_orderings, call_records, event_waiters, translate
@@ -102,7 +103,10 @@ def window_between(program: "Program", function: Function, after: Position, befo
         return replace(ordering, waiter=frame if ordering.waiter == CURRENT_STREAM else ordering.waiter,
                        target=frame if ordering.target == CURRENT_STREAM else ordering.target)
 
-    return _window(program, function, between, in_frame)
+    window = _window(program, function, between, _as_is)
+    if before != END:
+        window = [o for o in window if not serves_another_block(program, function, o, after, before)]
+    return [in_frame(o) for o in window]
 
 
 def ways_through_branches(function: Function, window: list[Ordering], after: Position, before: Position,

@@ -132,7 +132,9 @@ class CrossStreamConsumer(Rule):
         taken as made on the current stream just before the read; a tensor written only through views stored
         elsewhere looks unwritten. A Triton kernel imported from another module, or one whose pointer comes out
         of memory (`tl.load(ptrs_ptr + i)`), is taken to read its arguments only. A wait under a condition in
-        the accesses' own function counts on every way (correlated guards are not related); a host synchronize
+        the accesses' own function counts on every way (correlated guards are not related), except one inside an
+        `if` block holding neither access that works on the waiting stream itself, for a read inside a block whose
+        test reads other names only (guards.py); a host synchronize
         that a helper makes only under a condition (a profiling timer) does not count for the helper's callers,
         and one under a test for another device (`if current_platform.is_xpu():`) counts nowhere. Suppress with
         `# streamcheck: ignore[SC101]` and say why.
@@ -642,9 +644,52 @@ class State:
         # (torchrec's maglev `_InputDataAwaitable`).
         AWAITABLE.replace("  # expect: SC101", "").replace(
             "    def wait(self):\n", "    def wait(self):\n        torch.cuda.current_stream().wait_event(self._done)\n"),
+        # ... and its fixed twin: the hook's block makes the all-reduce stream wait for itself.
+        """
+import torch
+import torch.distributed as dist
+
+
+def reduce(inp, rs_stream, ar_stream, ar_group, hook, n):
+    rs_stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(rs_stream):
+        out = torch.empty(n, device="cuda")
+        out.copy_(inp)
+        if ar_group is not None:
+            ar_stream.wait_stream(rs_stream)
+            with torch.cuda.stream(ar_stream):
+                dist.all_reduce(out, group=ar_group)
+    if hook is not None:
+        ar_stream.wait_stream(rs_stream)
+        with torch.cuda.stream(ar_stream):
+            hook(out)
+    return out
+""",
     ]
 
     INVALID = [
+        # A wait inside an `if` block, for that block's own work on the waiting stream, does not order a later
+        # block under a test of other names: the way through the hook without the HSDP all-reduce has no wait
+        # (FSDP2's foreach_reduce without `all_reduce_stream.wait_stream(reduce_scatter_stream)`; guards.py).
+        """
+import torch
+import torch.distributed as dist
+
+
+def reduce(inp, rs_stream, ar_stream, ar_group, hook, n):
+    rs_stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(rs_stream):
+        out = torch.empty(n, device="cuda")
+        out.copy_(inp)  # expect: SC101
+        if ar_group is not None:
+            ar_stream.wait_stream(rs_stream)
+            with torch.cuda.stream(ar_stream):
+                dist.all_reduce(out, group=ar_group)
+    if hook is not None:
+        with torch.cuda.stream(ar_stream):
+            hook(out)
+    return out
+""",
         # The stream chosen per branch: the overlap arm of the first branch waits only the other way round
         # (DeepSpeed's average_tensor); the `elif`'s wait is on another way (races.ways_through_branches).
         """

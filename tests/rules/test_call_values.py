@@ -4,7 +4,7 @@ stream. The shape of Megatron-LM #7398 (fine-grained activation offload, megatro
 
 from __future__ import annotations
 
-from static_helpers import findings_of, line_of
+from static_helpers import findings_of, line_of, summary_of
 
 OFFLOAD = """
     import torch
@@ -104,3 +104,51 @@ def test_a_parameter_kept_in_a_list_and_popped_back():
         "return self._tensors.pop(tag)", "return self._tensors.pop(0)")
     assert [f[:4] for f in _found(source)] == [
         ("SC101", "RAW", line_of(source, "state = self.offload(x)"), "group._tensors")]
+
+
+# Megatron FSDP's gradient reduce (megatron-core 0.16.1 param_and_grad_buffer.py:3263 deleted): the reduce-scatter
+# stream takes the shard of a gradient buffer through `gbuf.get_shard_from_local_buffer()` (a slice of the buffer's
+# own `self.data`, after index arithmetic); the outer-DP all-reduce then overwrites `gbuf.data` on another stream.
+SHARD = """
+    import torch
+
+
+    class Buffer:
+        def __init__(self, data):
+            self.data = data
+            self.start = 0
+            self.size = 8
+
+        def get_shard_from_local_buffer(self):
+            return self.data[self.start:self.start + self.size]
+
+
+    class Reducer:
+        def __init__(self, buffers):
+            self.buffers = buffers
+            self.rs_stream = torch.cuda.Stream()
+            self.outer_stream = torch.cuda.Stream()
+
+        def reduce(self, i, grad):
+            self.rs_stream.wait_stream(torch.cuda.current_stream())
+            self.outer_stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(self.rs_stream):
+                gbuf = self.buffers[i]
+                shard = gbuf.get_shard_from_local_buffer()
+                torch.distributed.reduce_scatter_tensor(shard, grad)
+            {wait}with torch.cuda.stream(self.outer_stream):
+                torch.distributed.all_reduce(gbuf.data)
+"""
+
+
+def test_the_shard_an_accessor_slices_out_of_its_own_tensor_is_read_at_the_call():
+    racy = SHARD.format(wait="")
+    assert summary_of(findings_of({"m.py": racy})) == [
+        ("SC106", "m.py", line_of(racy, "all_reduce(gbuf.data)"), "WAR")]
+    [finding] = findings_of({"m.py": racy})
+    assert (finding.related[0].role, finding.related[0].line) == (
+        "read", line_of(racy, "shard = gbuf.get_shard_from_local_buffer()"))
+
+
+def test_the_outer_stream_waiting_for_the_shard_reader_is_ordered():
+    assert findings_of({"m.py": SHARD.format(wait="self.outer_stream.wait_stream(self.rs_stream)\n            ")}) == []

@@ -103,3 +103,64 @@ def test_another_objects_field_of_the_same_name_is_not_the_producer_of_an_input(
 
 def test_the_input_waited_for_before_the_copy_is_ordered():
     assert findings_of({"m.py": POOLING.format(wait="copy_stream.wait_stream(main_stream)")}) == []
+
+
+# FSDP2's foreach_reduce (torch 2.13 _fsdp_collectives.py:680 deleted): the all-reduce stream waits for the
+# reduce-scatter stream inside the HSDP block, for that block's own all-reduce; the hook block, under a test of
+# another name, runs on the all-reduce stream on the 1-d FSDP way too, where that wait never ran.
+REDUCE = """
+    import torch
+    import torch.distributed as dist
+
+    def reduce(inp, rs_stream, ar_stream, ar_group, hook, n):
+        rs_stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(rs_stream):
+            out = torch.empty(n, device="cuda")
+            out.copy_(inp)
+            if {group_test}:
+                ar_stream.wait_stream(rs_stream)
+                with torch.cuda.stream(ar_stream):
+                    dist.all_reduce(out, group=ar_group)
+        if hook is not None:
+            {hook_wait}with torch.cuda.stream(ar_stream):
+                hook(out)
+        return out
+"""
+
+
+def test_a_wait_for_its_own_blocks_work_does_not_order_a_block_under_another_test():
+    racy = REDUCE.format(group_test="ar_group is not None", hook_wait="")
+    assert summary_of(findings_of({"m.py": racy})) == [("SC101", "m.py", line_of(racy, "out.copy_(inp)"), "RAW")]
+
+
+def test_the_block_under_another_test_that_waits_itself_is_ordered():
+    fixed = REDUCE.format(group_test="ar_group is not None",
+                          hook_wait="ar_stream.wait_stream(rs_stream)\n            ")
+    assert findings_of({"m.py": fixed}) == []
+
+
+def test_a_wait_under_a_test_of_the_same_name_still_counts():
+    # (correlated guards: `if hook is not None:` twice is one choice made twice)
+    assert findings_of({"m.py": REDUCE.format(group_test="hook is not None and ar_group", hook_wait="")}) == []
+
+
+def test_a_wait_in_the_block_that_also_holds_the_write_still_counts():
+    # (the write and its wait run together: the way without the block has neither)
+    source = """
+        import torch
+
+        def reduce(inp, rs_stream, ar_stream, ar_group, hook, n):
+            out = torch.empty(n, device="cuda")
+            rs_stream.wait_stream(torch.cuda.current_stream())
+            if ar_group is not None:
+                with torch.cuda.stream(rs_stream):
+                    out.copy_(inp)
+                ar_stream.wait_stream(rs_stream)
+                with torch.cuda.stream(ar_stream):
+                    out.add_(1)
+            if hook is not None:
+                with torch.cuda.stream(ar_stream):
+                    hook(out)
+            return out
+    """
+    assert findings_of({"m.py": source}) == []
