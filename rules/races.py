@@ -291,8 +291,8 @@ def _kept_for_host_waits(program: "Program", function: Function, event: str, con
     maglev awaitable, whose `_wait_impl` waits it). Nothing travels out of sight to that reader: a host wait orders the write only where
     it runs, which the race query judges by position like any other ordering. (A reader in another class may still
     be handed the event in ways the lint does not follow: vLLM's double-buffered copy events.)"""
-    kept = [event_id(program, function, sync.receiver) for sync in function.facts.syncs
-            if sync.kind == "store" and sync.arg == event and sync.receiver.startswith("self.")]
+    kept = [held for sync in function.facts.syncs if sync.kind == "store" and sync.arg == event
+            for held in [event_id(program, function, sync.receiver)] if held.startswith("self.")]
     # `self._data_done_event = data_done_event` (torchrec's maglev awaitable): the attribute holds the event
     kept += [event_id(program, function, use.arg) for use in function.facts.uses
              if use.how == "escape" and use.path == event and use.arg.startswith("self.") and use.arg.count(".") == 1]
