@@ -14,10 +14,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .aliasing import access_keys, derived_paths, self_key
 from .callgraph import Function
+from .extract_paths import split_index
 from .facts import NO_REGION, exclusive
 from .races import END, Context, Position, _event_handed_off, exits_before, ordered_between
 from .streams import CURRENT_STREAM
+from .summaries import argument_for
 
 if TYPE_CHECKING:
     from .program import Program
@@ -55,8 +58,31 @@ def _ways(program: "Program", earlier: Context, later: Context) -> list | None:
     top = earlier.region_fn or earlier.function
     if top is later.function:
         return None
-    return program.memo(("called_before.ways", later.function.id, later.position, top.id),
-                        lambda: list(_ways_down(program, later.function, later.position, top.id))) or None
+    ways = program.memo(("called_before.ways", later.function.id, later.position, top.id),
+                        lambda: list(_ways_down(program, later.function, later.position, top.id)))
+    return [way for way in ways if _hands_over(program, way, top, earlier, later)] or None
+
+
+def _hands_over(program: "Program", way, top: Function, earlier: Context, later: Context) -> bool:
+    """Whether the way's last call hands `top` the written tensor, where the earlier access is `top`'s own access
+    to one of its parameters: `reduce_ipg_grads` calls `average_tensor(bucket.buffer[...].narrow(...))` for the
+    bucket and `average_tensor(extra_large_grad)` for an oversized gradient, and only the first reads the bucket
+    the hook refills. Any way does for another access (an attribute: the same on every way)."""
+    root, dot, rest = earlier.access.path.partition(".")
+    if earlier.chain or root not in top.facts.params or root in ("self", "cls"):
+        return True
+    caller, at, _ = way[-1]
+    written = access_keys(program, later.function, later.access)
+    for call, edges in program.calls_of(caller.id):
+        if (call.line, call.column) == at and any(edge.callee == top.id for edge in edges):
+            arg = argument_for(top, call, root)
+            if arg is None:
+                return True  # (a default or a value the lint does not follow: not told apart)
+            path = split_index(arg)[0] + dot + rest
+            return not written.isdisjoint(
+                {self_key(program, caller, p) for p in derived_paths(caller, path, call.line)
+                 if p.split(".", 1)[0] == "self" and p.count(".") > 1})
+    return True
 
 
 def _ways_down(program: "Program", writer: Function, before: Position, target: str):

@@ -198,7 +198,7 @@ def test_ipg_bucket_reduction_waits_for_every_copy_stream_in_0_19_3(sdist):
 # adds a per-buffer reuse event, waited before every refill, on its offload path). The lint takes the read of its
 # own call (the index is one path to it) and finds no wait between it and the refill (called_before.py).
 @pytest.mark.parametrize("version,write,read,calls", [
-    ("0.19.2", 1120, 1241, [1098, 1572]), ("0.19.3", 1160, 1296, [1132, 1636])])
+    ("0.19.2", 1120, 1241, [1098, 1575]), ("0.19.3", 1160, 1296, [1132, 1639])])
 def test_ipg_bucket_refill_waits_for_no_reduction_in_0_19_2_and_0_19_3(sdist, version, write, read, calls):
     [finding] = _on_the_bucket_copy(_scan(sdist("deepspeed", version), ZERO), "WAR")
     assert (finding.rule, finding.primary.line, finding.primary.column) == ("SC106", write, 17)

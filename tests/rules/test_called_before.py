@@ -73,7 +73,24 @@ def test_the_refill_without_the_reuse_wait_races_with_the_reduction_it_called():
         ("SC106", "zero.py", line_of(source, "new_grad_tensor.copy_(param.grad.view(-1))"), "WAR")]
     assert finding.extra["writer_stream"] == "" and finding.extra["other_stream"] == "self.reduction_stream"
     assert finding.extra["path"] == "new_grad_tensor"
-    assert finding.related[0].line == line_of(source, "dist.all_reduce(tensor)")
+    assert [(r.line, r.role) for r in finding.related] == [
+        (line_of(source, "dist.all_reduce(tensor)"), "read"),
+        (line_of(source, "with get_accelerator().stream(stream):"), "stream context"),
+        (line_of(source, "            self.reduce_ipg_grads(param.dtype)"), "call"),
+        (line_of(source, "self.average_tensor(bucket.buffer"), "call")]
+
+
+def test_only_the_call_that_hands_over_the_bucket_is_a_way_to_its_read():
+    # reduce_ipg_grads also reduces an oversized gradient that never enters the bucket: that call of
+    # average_tensor reads another tensor, so the way through it needs no wait before the bucket's refill
+    source = _source("pass").replace(
+        "        self.average_tensor(bucket.buffer[bucket.index].narrow(0, 0, bucket.elements))\n",
+        "        if self.extra_large_param is not None:\n"
+        "            self.average_tensor(self.extra_large_param.grad.view(-1))\n"
+        "        else:\n"
+        "            self.average_tensor(bucket.buffer[bucket.index].narrow(0, 0, bucket.elements))\n"
+        "            get_accelerator().current_stream().wait_stream(self.reduction_stream)\n")
+    assert findings_of({"zero.py": source}, {"SC106"}) == []
 
 
 def test_the_wait_for_the_buckets_reuse_event_orders_the_refill():
