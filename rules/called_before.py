@@ -18,7 +18,7 @@ from .aliasing import access_keys, derived_paths, self_key
 from .callgraph import Function
 from .extract_paths import split_index
 from .facts import NO_REGION, exclusive
-from .races import END, Context, Position, _event_handed_off, exits_before, ordered_between
+from .races import END, Context, Position, event_handed_off, exits_before, ordered_between
 from .streams import CURRENT_STREAM
 from .summaries import argument_for
 
@@ -87,7 +87,8 @@ def _hands_over(program: "Program", way, top: Function, earlier: Context, later:
 
 def _ways_down(program: "Program", writer: Function, before: Position, target: str):
     """Each way from a call of `writer` before `before` down to `target`: the list of (function, call position,
-    callee id), the writer's call first; calls inside stream regions are not followed (their current stream is another)."""
+    callee id), the writer's call first; calls inside stream regions are not followed (their current stream is
+    another)."""
     def down(function: Function, limit: Position, depth: int, way: list):
         for call, edges in program.calls_of(function.id):
             at = (call.line, call.column)
@@ -114,6 +115,6 @@ def _ordered_on(program: "Program", way: list[tuple[Function, Position, str]], t
     steps = [(top, start, END)] + [(fn, at, END) for fn, at, _ in reversed(below)]
     for function, after, before in steps:
         if ordered_between(program, function, after, before, earlier, later) \
-                or _event_handed_off(program, function, after, earlier, later, consumers):
+                or event_handed_off(program, function, after, earlier, later, consumers):
             return True
     return ordered_between(program, writer, call_at, write_at, earlier, later)
