@@ -56,7 +56,7 @@ def _ways(program: "Program", earlier: Context, later: Context) -> list | None:
             or " in " in later.access.op:
         return None  # (a write a callee makes, bound at its call, runs where the callee runs it)
     top = earlier.region_fn or earlier.function
-    if top is later.function:
+    if top is later.function or not program.reaches(later.function.id, frozenset({top.id})):
         return None
     ways = program.memo(("called_before.ways", later.function.id, later.position, top.id),
                         lambda: list(_ways_down(program, later.function, later.position, top.id)))
