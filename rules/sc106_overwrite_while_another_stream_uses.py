@@ -56,7 +56,11 @@ class OverwriteWhileAnotherStreamUses(Rule):
 
     Known problems:
         Two accesses in functions that nothing calls one after the other are not paired (their order is not
-        known). A side stream that is made to wait anywhere in the program is taken as waited before each of its
+        known). A read reached through a call before the write is paired with it through the same path, also
+        where an index flips in between (`bucket.index = 1 - bucket.index`, a double buffer): a double buffer
+        whose only wait back comes before the next reduction (it orders the refill of the buffer reduced the
+        time before) is reported; that holds only where one stream makes every refill (not gradient hooks,
+        which autograd runs on each parameter's backward stream). A side stream that is made to wait anywhere in the program is taken as waited before each of its
         overwrites of outside tensors; a stream handed to a constructor is not followed. An allocation is followed
         only through the writing function and the helpers it calls; the runtime detector starts a fresh history
         at each allocation, so it does not report the fresh-block overwrite. An element store of a new tensor
