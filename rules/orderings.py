@@ -74,6 +74,8 @@ def event_id(program: "Program", function: "Function", text: str, line: int = 0)
          if local == text and source.startswith("self.") and (not line or bound <= line)), "")
     if container:  # `_, ev = self.stash[i]`: the container's events
         text = container
+    elif "." in text:
+        text = _through_held_element(function, text, line)
     if text.startswith("self."):
         attr = text.split(".")[1]
         return f"{text}@{program.attr_owner(function.file.path, function.owner, attr)}"
@@ -81,6 +83,15 @@ def event_id(program: "Program", function: "Function", text: str, line: int = 0)
     if owner:  # a closure's name: the enclosing function's (one list of events for its sibling closures)
         return f"{function.file.path}::{owner}::{text}"
     return f"{function.id}::{text}"
+
+
+def _through_held_element(function: "Function", text: str, line: int) -> str:
+    """`bucket.reuse_events` where the local `bucket` holds an element of an attribute's container (`bucket =
+    self.ipg_buckets[dtype]`): `self.ipg_buckets.reuse_events`, one name in every method that takes an element out
+    (DeepSpeed ZeRO-1/2 records each IPG bucket's reuse event in one method and waits it in another)."""
+    root, _, rest = text.partition(".")
+    container = taken_container(function, root, line)
+    return f"{container}.{rest}" if container.startswith("self.") else text
 
 
 def taken_container(function: "Function", local: str, line: int = 0) -> str:

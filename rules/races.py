@@ -238,7 +238,7 @@ def _after_in(program: "Program", function: Function, position: Position, earlie
     limit = _first_reaching_call(program, function, position, consumers, later)
     if ordered_between(program, function, position, limit, earlier, later, frame):
         return True, False
-    if _event_handed_off(program, function, position, earlier, later, consumers):
+    if event_handed_off(program, function, position, earlier, later, consumers):
         return True, False
     return False, limit != END
 
@@ -264,7 +264,7 @@ def _after_in_callers(program: "Program", function: Function, earlier: str, late
     return False
 
 
-def _event_handed_off(program: "Program", function: Function, position: Position, stream: str, reader: str,
+def event_handed_off(program: "Program", function: Function, position: Position, stream: str, reader: str,
                       consumers: frozenset[str] = frozenset()) -> bool:
     """An event recorded on the writer's stream after the write, in a program that waits on some event: the
     event travels (a queue, a dict per module) to a consumer that waits on it, which the lint cannot follow.
@@ -287,7 +287,8 @@ def _event_handed_off(program: "Program", function: Function, position: Position
 
 def _kept_for_host_waits(program: "Program", function: Function, event: str, consumers: frozenset[str]) -> bool:
     """The event `function` records goes into an attribute of its object (`self.param_reduce_events.append(event)`,
-    DeepSpeed ZeRO-3's reduce events), a method of that object's class is the reader, and every wait of the
+    DeepSpeed ZeRO-3's reduce events; `bucket.reuse_events[i] = event` of a `bucket = self.ipg_buckets[dtype]`,
+    orderings.event_id), a method of that object's class is the reader, and every wait of the
     attribute's events the program makes is the host's (`self.param_reduce_events.popleft().synchronize()`: back-
     pressure on the oldest), or nothing in the scan waits for them at all (vLLM's engram prefetch keeps `(out, done)`
     in `self._buffers` and its `forward` takes the pair out by key: without its `wait_event(done)` no wait of the
@@ -295,8 +296,8 @@ def _kept_for_host_waits(program: "Program", function: Function, event: str, con
     maglev awaitable, whose `_wait_impl` waits it). Nothing travels out of sight to that reader: a host wait orders the write only where
     it runs, which the race query judges by position like any other ordering. (A reader in another class may still
     be handed the event in ways the lint does not follow: vLLM's double-buffered copy events.)"""
-    kept = [event_id(program, function, sync.receiver) for sync in function.facts.syncs
-            if sync.kind == "store" and sync.arg == event and sync.receiver.startswith("self.")]
+    kept = [held for sync in function.facts.syncs if sync.kind == "store" and sync.arg == event
+            for held in [event_id(program, function, sync.receiver)] if held.startswith("self.")]
     # `self._data_done_event = data_done_event` (torchrec's maglev awaitable): the attribute holds the event
     kept += [event_id(program, function, use.arg) for use in function.facts.uses
              if use.how == "escape" and use.path == event and use.arg.startswith("self.") and use.arg.count(".") == 1]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from itertools import chain
 from typing import Iterable
 
-from streamcheck.findings import ROLE_READ, ROLE_WRITE, Finding
+from streamcheck.findings import ROLE_CALL, ROLE_READ, ROLE_WRITE, Finding
 
 from .collectives import reads_in_place
 from .extract import ALIAS
@@ -14,6 +14,7 @@ from .kept_with_events import taken_without_event_waits
 from .unwaited_side_stream_writes import writes_on_never_waiting_streams
 from .facts import NO_REGION, Access
 from .program import Function, Program
+from .called_before import unordered_on_the_way_down, unordered_way_down
 from .races import Context, contexts, matching, same_anchor, unordered
 from .rule import Rule, insert_edit, location, way_of
 from .streams import as_code, display, stream_words, writable
@@ -27,8 +28,10 @@ class OverwriteWhileAnotherStreamUses(Rule):
         buffer inside `with torch.cuda.stream(s):` and the current stream then refills it (a ping-pong or
         staging buffer) without `torch.cuda.current_stream().wait_stream(s)`. The two accesses are taken in
         program order: in one function body, or in two functions a common function calls one after the other
-        (directly or through calls). Two writes in two different stream regions of two functions are also
-        reported (WAW), whatever their order. A wait in the other direction (`s.wait_stream(current)`) orders
+        (directly or through calls), or a read that the writer's function reaches through a call it makes before
+        the write (a hook that reduces the full bucket on a side stream, then refills it): there only an
+        ordering on that way counts (called_before.py). Two writes in two different stream regions of two
+        functions are also reported (WAW), whatever their order. A wait in the other direction (`s.wait_stream(current)`) orders
         nothing here. Two overwrites by a side stream of what the current stream may still use are found too:
         a block the current stream just allocated (in the function, or returned by a helper of the scan; a
         storage grown by `resize_(n)` too, also filled through a view of it: `tmp.set_(storage)`, `x.data = view`)
@@ -54,7 +57,11 @@ class OverwriteWhileAnotherStreamUses(Rule):
 
     Known problems:
         Two accesses in functions that nothing calls one after the other are not paired (their order is not
-        known). A side stream that is made to wait anywhere in the program is taken as waited before each of its
+        known). A read reached through a call before the write is paired with it through the same path, also
+        where an index flips in between (`bucket.index = 1 - bucket.index`, a double buffer): a double buffer
+        whose only wait back comes before the next reduction (it orders the refill of the buffer reduced the
+        time before) is reported; that holds only where one stream makes every refill (not gradient hooks,
+        which autograd runs on each parameter's backward stream). A side stream that is made to wait anywhere in the program is taken as waited before each of its
         overwrites of outside tensors; a stream handed to a constructor is not followed. An allocation is followed
         only through the writing function and the helpers it calls; the runtime detector starts a fresh history
         at each allocation, so it does not report the fresh-block overwrite. An element store of a new tensor
@@ -164,6 +171,22 @@ def restore(storage, nbytes, like, host):
     with torch.cuda.stream(h2d_stream):
         tmp.copy_(host, non_blocking=True)
 """,
+        # The bucket's reduction, reached through a call before the refill, is waited for before the refill.
+        """
+import torch
+
+class Bucket:
+    def add(self, grad):
+        if self.full:
+            self.reduce()
+        self.buffer.copy_(grad)
+
+    def reduce(self):
+        self.side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self.side):
+            self.total = self.buffer.sum()
+        torch.cuda.current_stream().wait_stream(self.side)
+""",
         # Written first, read later (SC101's business, not a WAR).
         """
 import torch
@@ -210,6 +233,21 @@ def step(staging, batch, side):
         total = consume(staging)
     staging.zero_()  # expect: SC106
     return total
+""",
+        # The bucket's reduction on a side stream, reached through a call before the refill, with no wait back.
+        """
+import torch
+
+class Bucket:
+    def add(self, grad):
+        if self.full:
+            self.reduce()
+        self.buffer.copy_(grad)  # expect: SC106
+
+    def reduce(self):
+        self.side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self.side):
+            self.total = self.buffer.sum()
 """,
         # Two writers on two streams (WAW).
         """
@@ -330,6 +368,9 @@ class Stash:
     def _races(program: Program, earlier: Context, later: Context, kind: str) -> bool:
         if same_anchor(earlier, later):
             return unordered(program, earlier, later)
+        on_the_way = unordered_on_the_way_down(program, earlier, later)
+        if on_the_way is not None:
+            return on_the_way
         # Order unknown: SC101 already reports a write read elsewhere; two writes in two explicit regions are WAW.
         both_regions = earlier.access.region != NO_REGION and later.access.region != NO_REGION
         if kind != "WAW" or not both_regions or earlier.function is later.function:
@@ -354,6 +395,9 @@ def _finding(program: Program, writer: Function, write: Access, found: list[tupl
     related = [location(earlier.function, earlier.access.line, earlier.access.column,
                         ROLE_READ if kind == "WAR" else ROLE_WRITE, f"{op} in {earlier.function.facts.qualname}")]
     related += way_of(program, earlier if earlier.region_fn is not None else write_ctx, earlier)
+    if not same_anchor(earlier, write_ctx):  # the calls through which the writer's function reached the read
+        related += [location(fn, line, column, ROLE_CALL, f"calls {program.functions[callee].facts.qualname}")
+                    for fn, (line, column), callee in unordered_way_down(program, earlier, write_ctx) or ()]
     waiter, waited = as_code(write_ctx.stream), as_code(earlier.stream)
     extra = {"path": write.path, "writer_stream": display(write_ctx.stream) if write_ctx.stream else "",
              "other_stream": display(earlier.stream) if earlier.stream else ""}

@@ -166,8 +166,11 @@ def test_zero3_bucket_copy_waits_for_the_current_stream_in_0_18_8(sdist):
 STAGE12 = f"{ZERO}/stage_1_and_2.py"
 
 
-def _on_the_bucket_copy(findings):
-    return [f for f in findings if f.primary.path == STAGE12 and f.extra.get("path") == "new_grad_tensor"]
+def _on_the_bucket_copy(findings, kind="RAW"):
+    """The findings of `kind` on the bucket copy: the fix is about the reduction reading it (RAW); the refill's WAR
+    is another hazard, which neither release fixes (see test_ipg_bucket_refill_...)."""
+    return [f for f in findings if f.primary.path == STAGE12 and f.extra.get("path") == "new_grad_tensor"
+            and f.kind == kind]
 
 
 def test_ipg_bucket_copy_is_waited_only_by_its_own_hook_call_in_0_19_2(sdist):
@@ -186,6 +189,23 @@ def test_ipg_bucket_reduction_waits_for_every_copy_stream_in_0_19_3(sdist):
     source = (root / STAGE12).read_text(encoding="utf-8").splitlines()
     assert source[1288].strip() == "stream.wait_stream(producer_stream)"
     assert _on_the_bucket_copy(_scan(root, ZERO)) == []
+
+
+# The other direction on the same copy, fixed in neither release: the hook reduces the full bucket on the reduction
+# stream, flips `bucket.index` and refills; the stream that refills a buffer waits for that buffer's last reduction
+# only where it is the current stream of the call that reduces next (`current_stream().wait_stream(stream)` before
+# the reduction), so a later call on another backward stream may overwrite it under the reduction (DeepSpeed 0.19.8
+# adds a per-buffer reuse event, waited before every refill, on its offload path). The lint takes the read of its
+# own call (the index is one path to it) and finds no wait between it and the refill (called_before.py).
+@pytest.mark.parametrize("version,write,read,calls", [
+    ("0.19.2", 1120, 1241, [1098, 1575]), ("0.19.3", 1160, 1296, [1132, 1639])])
+def test_ipg_bucket_refill_waits_for_no_reduction_in_0_19_2_and_0_19_3(sdist, version, write, read, calls):
+    [finding] = _on_the_bucket_copy(_scan(sdist("deepspeed", version), ZERO), "WAR")
+    assert (finding.rule, finding.primary.line, finding.primary.column) == ("SC106", write, 17)
+    assert finding.symbol == "DeepSpeedZeroOptimizer.reduce_independent_p_g_buckets_and_remove_grads"
+    assert (finding.extra["writer_stream"], finding.extra["other_stream"]) == ("", "self.reduction_stream")
+    assert [(r.line, r.role) for r in finding.related] == [(read, "read"), (read - 2, "stream context")] + [
+        (line, "call") for line in calls]
 
 
 # diffusers group offloading, fixed in PR #12721 (released in 0.36.0): 0.35.2's `_transfer_tensor_to_device` runs
