@@ -9,6 +9,7 @@ Calls are resolved without importing anything:
   and, when few classes define it, methods called `m`; only within one program (a top-level package, or a script
   and what it imports). These edges are marked inexact.
 Functions passed as arguments (`wrap(dist.allgather_fn)(...)`) are treated as called at that site (inexact).
+A launch `kernel[grid](...)` of a Triton kernel of another file calls that kernel (exact, through the imports).
 A forwarding lambda stored over a method of an object of a known class (`opt.step = lambda c=None: step(opt, c)`
 with `opt: "Stage3"`, or on `self`) is an instance override: `self.step(...)` in that class family may run `step`
 too, through a call of its own whose arguments are the lambda's (inexact); the lambda's call is not made where the
@@ -342,6 +343,8 @@ class CallGraph:
         """Function ids a call may run, each with whether the resolution is exact."""
         callee = call.callee
         file = function.file
+        if callee.endswith("[]"):
+            return self._launched_kernels(function, callee[:-2])
         parts = callee.split(".")
         if "?" in parts[0]:
             return self._by_name(file, parts[-1])
@@ -364,6 +367,17 @@ class CallGraph:
         if parts[0] in BUILTIN_TYPES:
             return []  # `dict.fromkeys(...)`, `str.join(...)`: a builtin's method, never a scanned one
         return self._by_name(file, parts[-1]) if len(parts) > 1 else []
+
+    def _launched_kernels(self, function: Function, kernel: str) -> list[tuple[str, bool]]:
+        """`kernel[grid](...)`, `mod.kernel[grid](...)`: the Triton kernel of another file it launches (FunctionFacts
+        .kernel), through the imports. A kernel of the launching file is an edge only in a plain file (prefilter.py):
+        in a detailed one the extraction already wrote its stored arguments at the launch (extract_calls.py
+        `_launched`)."""
+        if not all(part.isidentifier() for part in kernel.split(".")):
+            return []
+        return [(fid, True) for fid in self._resolve_name_in_file(function.file, kernel, function.facts.qualname)
+                if fid in self.functions and self.functions[fid].facts.kernel
+                and (self.functions[fid].file.path != function.file.path or not function.file.detailed)]
 
     def _held_functions(self, file: FileFacts, name: str) -> list[tuple[str, bool]]:
         visible = self._visible_components(file)

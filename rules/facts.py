@@ -290,6 +290,10 @@ class FunctionFacts:
     # How values move between locals, containers, calls and returns (extract_handle_flow.py; rows as lists):
     # what the handle-flow query (handle_flow.py) follows async handles through.
     handle_flow: list[list] = field(default_factory=list)
+    # A Triton kernel (`@triton.jit` at module level), in any file: its accesses are the stores and loads through
+    # its parameters (streamcheck/triton_kernels.py), which a launch from another file binds to its arguments
+    # (callgraph.py resolves `kernel[grid](...)` to it; summaries.py).
+    kernel: bool = False
 
     _parts = {
         "calls": Call, "accesses": Access, "syncs": Sync, "regions": Region, "uses": Use, "placements": Placement,
@@ -337,6 +341,7 @@ class FunctionFacts:
         kwargs["device_groups"] = [tuple(t) for t in data.get("device_groups", ())]
         kwargs["kept_events"] = [tuple(t) for t in data.get("kept_events", ())]
         kwargs["handle_flow"] = [list(t) for t in data.get("handle_flow", ())]
+        kwargs["kernel"] = bool(data.get("kernel", False))
         for key, kind in cls._parts.items():
             kwargs[key] = [_build(kind, item) for item in data.get(key, ())]
         return cls(**kwargs)
