@@ -294,6 +294,10 @@ class FunctionFacts:
     # its parameters (streamcheck/triton_kernels.py), which a launch from another file binds to its arguments
     # (callgraph.py resolves `kernel[grid](...)` to it; summaries.py).
     kernel: bool = False
+    # (attribute, class text) of each `self.<attribute> = <parameter>` whose parameter is annotated with a class
+    # (`self.embedding_method = embedding_method`, `embedding_method: "EmbeddingMethod"`): calls of
+    # `self.<attribute>.m(...)` run that class family's `m` (callgraph.py).
+    attribute_classes: list[tuple[str, str]] = field(default_factory=list)
 
     _parts = {
         "calls": Call, "accesses": Access, "syncs": Sync, "regions": Region, "uses": Use, "placements": Placement,
@@ -342,6 +346,7 @@ class FunctionFacts:
         kwargs["kept_events"] = [tuple(t) for t in data.get("kept_events", ())]
         kwargs["handle_flow"] = [list(t) for t in data.get("handle_flow", ())]
         kwargs["kernel"] = bool(data.get("kernel", False))
+        kwargs["attribute_classes"] = [tuple(t) for t in data.get("attribute_classes", ())]
         for key, kind in cls._parts.items():
             kwargs[key] = [_build(kind, item) for item in data.get(key, ())]
         return cls(**kwargs)
