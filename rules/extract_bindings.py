@@ -346,7 +346,8 @@ class Bindings(ast.NodeVisitor):
     def _note_self_assigns(self, targets: list[ast.AST], value: ast.AST | None = None) -> None:
         if self.fn.cls is None:
             return
-        classes = self.param_classes.get(id(self.fn), {})
+        classes = self.param_classes.get(id(self.fn), {}) if self.detailed else {}  # (plain files skip such
+        # statements: extract.py `_PlainFactsVisitor`)
         if isinstance(value, ast.Name) and value.id in classes and len(targets) == 1 and isinstance(
                 targets[0], ast.Attribute) and isinstance(targets[0].value, ast.Name) and targets[0].value.id == "self":
             self.fn.attribute_classes.append((targets[0].attr, classes[value.id]))  # (callgraph.py)
