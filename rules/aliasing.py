@@ -59,8 +59,33 @@ def _attribute_keys_of_local(program: Program, function: Function, access: Acces
                 path, _index = split_index(arg)
                 for resolved in _attribute_paths(caller, path + dot + rest, call.line):
                     found.add(self_key(program, caller, resolved))
+        if access.region == NO_REGION and not program.region_chains(function.id):
+            found |= _named_by_callers(program, function, access)
         return found
     return program.memo(("aliasing.attribute_keys", function.id, access.path, access.line), build)
+
+
+def _named_by_callers(program: Program, function: Function, access: Access) -> set[tuple]:
+    """A parameter (or a view of one: FunctionFacts.derived) that a caller hands an attribute of `self` under a
+    local name (`buffer = self._prefetch_buffer`, `self._finalize_prefetch(buffer, out)`: vLLM's Qwen4Exp PLE
+    prefetch): the access touches that attribute, here, after what the function orders before it. Only on the
+    current stream (no region around the access, none reaching the function): where a region does, the callers
+    bind the access on their own streams (summaries.bound_accesses), as for an argument spelled as the attribute."""
+    found: set[tuple] = set()
+    params = set(function.facts.params) - {"self", "cls"}
+    for held in derived_paths(function, access.path, access.line):
+        root, dot, rest = held.partition(".")
+        if root not in params:
+            continue
+        for caller, call in program.call_sites.get(function.id, ()):
+            arg = argument_for(function, call, root)
+            path = split_index(arg)[0] if arg else ""
+            if not path or "." in path:
+                continue
+            named = as_attribute(caller, path, call.line)
+            if named != path and named.startswith("self.") and named.count(".") == 1:
+                found.add(self_key(program, caller, named + dot + rest))
+    return found
 
 
 def self_key(program: Program, function: Function, path: str) -> tuple:

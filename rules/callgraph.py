@@ -9,6 +9,9 @@ Calls are resolved without importing anything:
   and, when few classes define it, methods called `m`; only within one program (a top-level package, or a script
   and what it imports). These edges are marked inexact.
 Functions passed as arguments (`wrap(dist.allgather_fn)(...)`) are treated as called at that site (inexact).
+A launch `kernel[grid](...)` of a Triton kernel of another file calls that kernel (exact, through the imports).
+`self.attr.m(...)` where the class stores an annotated parameter in `self.attr` (`self.method = method`, `method:
+"EmbeddingMethod"`) runs `m` of that class family (exact).
 A forwarding lambda stored over a method of an object of a known class (`opt.step = lambda c=None: step(opt, c)`
 with `opt: "Stage3"`, or on `self`) is an instance override: `self.step(...)` in that class family may run `step`
 too, through a call of its own whose arguments are the lambda's (inexact); the lambda's call is not made where the
@@ -342,6 +345,8 @@ class CallGraph:
         """Function ids a call may run, each with whether the resolution is exact."""
         callee = call.callee
         file = function.file
+        if callee.endswith("[]"):
+            return self._launched_kernels(function, callee[:-2])
         parts = callee.split(".")
         if "?" in parts[0]:
             return self._by_name(file, parts[-1])
@@ -352,6 +357,11 @@ class CallGraph:
             # Not a method of the class family: a function stored on the instance, or a method of a base outside
             # the scanned tree. Only functions stored in an attribute of that name can be meant.
             return self._held_functions(file, parts[1])
+        if parts[0] == "self" and len(parts) == 3 and function.owner:
+            typed = [(m, True) for cls in self._attribute_class((file.path, function.owner), parts[1])
+                     for m in self._methods_in_family(cls, parts[2])]
+            if typed:
+                return typed
         if parts[0] == "super()" and len(parts) == 2 and function.owner:
             bases = self._bases((file.path, function.owner))  # upwards only: super() never reaches a subclass
             return [(m[parts[1]], True) for c in bases if parts[1] in (m := self._methods.get(c, {}))]
@@ -364,6 +374,28 @@ class CallGraph:
         if parts[0] in BUILTIN_TYPES:
             return []  # `dict.fromkeys(...)`, `str.join(...)`: a builtin's method, never a scanned one
         return self._by_name(file, parts[-1]) if len(parts) > 1 else []
+
+    def _attribute_class(self, cls: tuple[str, str], attr: str) -> list[tuple[str, str]]:
+        """The classes `self.<attr>` holds in class `cls`'s family: those of the annotated constructor parameters
+        its methods store there (FunctionFacts.attribute_classes)."""
+        found: list[tuple[str, str]] = []
+        for member in self._family(cls):
+            for fid in self._methods.get(member, {}).values():
+                for name, text in self.functions[fid].facts.attribute_classes:
+                    if name == attr:
+                        found += [c for c in self._resolve_class(self._file(member[0]), text) if c not in found]
+        return found
+
+    def _launched_kernels(self, function: Function, kernel: str) -> list[tuple[str, bool]]:
+        """`kernel[grid](...)`, `mod.kernel[grid](...)`: the Triton kernel of another file it launches (FunctionFacts
+        .kernel), through the imports. A kernel of the launching file is an edge only in a plain file (prefilter.py):
+        in a detailed one the extraction already wrote its stored arguments at the launch (extract_calls.py
+        `_launched`)."""
+        if not all(part.isidentifier() for part in kernel.split(".")):
+            return []
+        return [(fid, True) for fid in self._resolve_name_in_file(function.file, kernel, function.facts.qualname)
+                if fid in self.functions and self.functions[fid].facts.kernel
+                and (self.functions[fid].file.path != function.file.path or not function.file.detailed)]
 
     def _held_functions(self, file: FileFacts, name: str) -> list[tuple[str, bool]]:
         visible = self._visible_components(file)

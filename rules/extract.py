@@ -24,10 +24,10 @@ from .extract_calls import CallsAndAccesses
 from .extract_elements import element_facts
 from .extract_handle_flow import handle_flow_facts
 from .extract_keeps import kept_facts, own_statements
-from streamcheck.triton_kernels import kernel_writes
+from streamcheck.triton_kernels import KernelWrites, kernel_writes
 from .extract_names import METADATA_ATTRS, METADATA_METHODS, NOT_DATA_WRITES, VIEW_METHODS
 from .extract_paths import access_path, dotted, elements, split_index
-from .facts import MODULE_SCOPE, NO_REGION, ClassFacts, FileFacts, FunctionFacts, ParseFailure, module_name
+from .facts import MODULE_SCOPE, NO_REGION, Access, ClassFacts, FileFacts, FunctionFacts, ParseFailure, module_name
 from .options import StaticOptions
 from .streams import PROPERTY_VALUE
 
@@ -234,8 +234,7 @@ class _FactsVisitor(CallsAndAccesses, Bindings, RegionsAndBlocks, ast.NodeVisito
         end = len(self.src_lines) or 1
         self.fn = FunctionFacts(MODULE_SCOPE, MODULE_SCOPE, None, 1, end)
         self.facts.functions.append(self.fn)
-        if self.detailed:
-            self.kernels = kernel_writes(tree)
+        self.kernels = kernel_writes(tree)  # (plain files too: a launch in another file binds their kernels' accesses)
         self.visit(tree)
         _drop_unwritten_locals(self.fn)
         _drop_unrecorded_stores(self.fn)
@@ -360,6 +359,8 @@ class _FactsVisitor(CallsAndAccesses, Bindings, RegionsAndBlocks, ast.NodeVisito
                 self._keep_line(fact[4])
         _drop_unwritten_locals(fn)
         _drop_unrecorded_stores(fn)
+        if fn.qualname in self.kernels:
+            _kernel_accesses(fn, self.kernels[fn.qualname])
         self.fn, self.region, self.blocks = saved
         self.frames.pop()
         self.scope.pop()
@@ -460,6 +461,15 @@ def _property_value(node: ast.FunctionDef | ast.AsyncFunctionDef) -> str | None:
     return None
 
 
+def _kernel_accesses(fn: FunctionFacts, kernel: KernelWrites) -> None:
+    """A Triton kernel's accesses are what it stores and loads through its parameters, nothing else (pointer
+    arithmetic reads no tensor); `fn.kernel` marks it for launches from other files (callgraph.py)."""
+    fn.kernel = True
+    fn.accesses = [Access(kind, param, fn.line, 1, op) for param in kernel.params
+                   for kind, op, names in (("write", "tl.store", kernel.written), ("read", "tl.load", kernel.loaded))
+                   if param in names]
+
+
 def _drop_unrecorded_stores(fn: FunctionFacts) -> None:
     """Keep `container.append(name)` only for names of events this function records (events that travel)."""
     if not fn.syncs:  # (every function of a plain file, most of a detailed one's)
@@ -473,6 +483,11 @@ def _drop_unwritten_locals(fn: FunctionFacts) -> None:
     if not fn.accesses:  # (every function of a plain file)
         return
     written = {a.path for a in fn.accesses if a.kind == "write" and "." not in a.path}
+    # ... or hands to a kernel launched inside a stream region: a kernel of another file may write it there on
+    # that stream (its stores are bound at the launch through the call graph, summaries.py), and the function's
+    # reads after the region are the other side
+    written |= {arg.partition("=")[2] if "=" in arg else arg for call in fn.calls
+                if call.region != NO_REGION and call.callee.endswith("[]") for arg in call.args}
     params = set(fn.params)  # what a helper does to its parameters is what its callers do (summaries.py)
     derived = {local for local, _source, _line in fn.derived}  # an element of an input (aliasing.from_outside)
     fn.accesses = [a for a in fn.accesses

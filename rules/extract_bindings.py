@@ -26,7 +26,7 @@ class Bindings(ast.NodeVisitor):
     def visit_Assign(self, node: ast.Assign) -> None:
         if self._forwarding_lambda(node):
             return
-        self._note_self_assigns(node.targets)
+        self._note_self_assigns(node.targets, node.value)
         if self.detailed and all(isinstance(target, ast.Name) for target in node.targets):
             # (every name of a chained assignment: vLLM's `current = stream = torch.cuda.current_stream()`)
             values = [node.value.body, node.value.orelse] if isinstance(node.value, ast.IfExp) else [node.value]
@@ -153,8 +153,11 @@ class Bindings(ast.NodeVisitor):
                        for p in paths]
         elif isinstance(value, ast.Subscript) or isinstance(value, ast.Call) and isinstance(
                 value.func, ast.Attribute) and value.func.attr in VIEW_METHODS:
-            # (not `n = batch.num_reqs`: an attribute is as often a number or an object as a tensor)
-            sources = [p for p in [access_path(value)] if p]
+            # (not `n = batch.num_reqs`: an attribute is as often a number or an object as a tensor); a view of a
+            # local that names an attribute (`active = buffer[:n]` after `buffer = self._buffer`) is one of it
+            aliases = self.aliases.get(id(self.fn), {})
+            sources = [aliases[root] + dot + rest if root in aliases else p for p in [access_path(value)] if p
+                       for root, dot, rest in [p.partition(".")]]
         else:
             return
         self.fn.derived.extend((target.id, source, target.lineno) for source in sources if source != target.id)
@@ -199,6 +202,12 @@ class Bindings(ast.NodeVisitor):
                 if not any(word in name.lower() for word in NOT_TENSOR_WORDS):
                     aliases[name] = value.id
             return
+        if isinstance(target, ast.Attribute) and isinstance(value, ast.Name) and value.id not in self.fn.params \
+                and (path := access_path(target)) and path.startswith("self.") and path.count(".") == 1:
+            # `self._prefetch_buffer = buffer` after `buffer = torch.empty(...)` (vLLM's lazily allocated prefetch
+            # buffer): the local is another name for the attribute from here on, as after `buffer = self._buf`
+            aliases[value.id] = path
+            self.fn.attribute_names.append((value.id, path, target.lineno))
         if isinstance(target, ast.Attribute) and isinstance(value, ast.Name) and self.region == NO_REGION \
                 and value.id in self.written_locals.get(id(self.fn), set()):
             # `self._out = out` after `out` was written inside `with stream(s):` (torchrec's maglev awaitable
@@ -335,9 +344,14 @@ class Bindings(ast.NodeVisitor):
         if self.detailed and node.value is not None:
             self._through_container(node.target, node.value)  # `x: torch.Tensor = self._x` binds as `x = ...`
 
-    def _note_self_assigns(self, targets: list[ast.AST]) -> None:
+    def _note_self_assigns(self, targets: list[ast.AST], value: ast.AST | None = None) -> None:
         if self.fn.cls is None:
             return
+        classes = self.param_classes.get(id(self.fn), {}) if self.detailed else {}  # (plain files skip such
+        # statements: extract.py `_PlainFactsVisitor`)
+        if isinstance(value, ast.Name) and value.id in classes and len(targets) == 1 and isinstance(
+                targets[0], ast.Attribute) and isinstance(targets[0].value, ast.Name) and targets[0].value.id == "self":
+            self.fn.attribute_classes.append((targets[0].attr, classes[value.id]))  # (callgraph.py)
         for target in targets:
             for elt in elements(target):
                 if (isinstance(elt, ast.Attribute) and isinstance(elt.value, ast.Name) and elt.value.id == "self"

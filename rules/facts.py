@@ -308,6 +308,14 @@ class FunctionFacts:
     # slot-th part of a tuple element of it (`outer.append((a, b))`, `for a, b in outer`): extract_elements.py,
     # element_flow.py.
     elements: list[tuple[str, str, int, int]] = field(default_factory=list)
+    # A Triton kernel (`@triton.jit` at module level), in any file: its accesses are the stores and loads through
+    # its parameters (streamcheck/triton_kernels.py), which a launch from another file binds to its arguments
+    # (callgraph.py resolves `kernel[grid](...)` to it; summaries.py).
+    kernel: bool = False
+    # (attribute, class text) of each `self.<attribute> = <parameter>` whose parameter is annotated with a class
+    # (`self.embedding_method = embedding_method`, `embedding_method: "EmbeddingMethod"`): calls of
+    # `self.<attribute>.m(...)` run that class family's `m` (callgraph.py).
+    attribute_classes: list[tuple[str, str]] = field(default_factory=list)
 
     _parts = {
         "calls": Call, "accesses": Access, "syncs": Sync, "regions": Region, "uses": Use, "placements": Placement,
@@ -359,6 +367,8 @@ class FunctionFacts:
         kwargs["kept_events"] = [tuple(t) for t in data.get("kept_events", ())]
         kwargs["handle_flow"] = [list(t) for t in data.get("handle_flow", ())]
         kwargs["elements"] = [tuple(t) for t in data.get("elements", ())]
+        kwargs["kernel"] = bool(data.get("kernel", False))
+        kwargs["attribute_classes"] = [tuple(t) for t in data.get("attribute_classes", ())]
         for key, kind in cls._parts.items():
             kwargs[key] = [_build(kind, item) for item in data.get(key, ())]
         return cls(**kwargs)

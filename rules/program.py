@@ -236,7 +236,7 @@ class Program(CallGraph):
     def own_accesses(self, function: Function) -> list[Access]:
         """The function's own accesses, less the hand-off reads of calls the scan resolves (read there instead)."""
         return self.memo(("program.own", function.id), lambda: _without_resolved_handoffs(
-            function, self.exact_edges_of(function.id), self.functions))
+            function, self.exact_edges_of(function.id), lambda fid: self.functions[fid].file.detailed or self.functions[fid].facts.kernel))
 
     def all_accesses(self) -> Iterator[tuple[Function, Access]]:
         for function in self.functions.values():
@@ -245,11 +245,11 @@ class Program(CallGraph):
 
 
 def _without_resolved_handoffs(function: Function, exact_calls: Iterator[tuple[Call, list[Edge]]],
-                               functions: dict[str, Function]) -> list[Access]:
+                               known: Callable[[str], bool]) -> list[Access]:
     """A local handed to code the scan holds (`self._num_bytes(t)`) is read where that code reads its parameter
     (bound_accesses), not at the call: the extraction's hand-off read (extract_calls.py `_handed_off`, made
-    for code the scan does not see) is dropped there. A callee in a file the prefilter passed over holds no access
-    facts to read its parameters with: there a parameter annotated as a tensor keeps its hand-off read (what a
+    for code the scan does not see) is dropped there (a Triton kernel's loads are its reads, in any file). A callee in
+    a file the prefilter passed over holds no access facts to read its parameters with: there a parameter annotated as a tensor keeps its hand-off read (what a
     detailed callee would make of it, extract_calls.py: vLLM's `tf32_hc_prenorm_gemm(x, ...)` of
     vllm/utils/deep_gemm.py hands `x` on to the kernel), other arguments do not (the helper may look at the shape
     only)."""
@@ -260,7 +260,7 @@ def _without_resolved_handoffs(function: Function, exact_calls: Iterator[tuple[C
     exact_calls = list(exact_calls)
     resolved = {(call.callee.rsplit(".", 1)[-1], call.line) for call, _ in exact_calls}
     plain = {(call.callee.rsplit(".", 1)[-1], call.line) for call, edges in exact_calls
-             if not any(functions[edge.callee].file.detailed for edge in edges)} if kept else set()
+             if not any(known(edge.callee) for edge in edges)} if kept else set()
     if not resolved:
         return list(accesses)
     return [a for a in accesses if not (a.kind == "read" and not (a.path in kept and any(

@@ -77,9 +77,9 @@ class CrossStreamConsumer(Rule):
         (`p.grad`, `p.main_grad`) by the backward pass on the current stream, so a side stream reading it must
         wait for the current stream first (a `work.wait()` / `fut.wait()` before the read, as in a DDP comm hook,
         counts: the gradient came through the collective). A collective writes its outputs (all-gather and
-        reduce-scatter outputs, an all-reduce in place). A Triton kernel of the file (`kernel[grid](x, out, n)`) writes the arguments its
-        body stores through (`tl.store`, atomics, block pointers, tensor descriptors; streamcheck/triton_kernels.py) and reads
-        the others. A tensor a function gets from outside (a parameter's
+        reduce-scatter outputs, an all-reduce in place). A Triton kernel of the scan (`kernel[grid](x, out, n)`, of the file or
+        imported, also through an op wrapper of its module) writes the arguments its body stores through (`tl.store`,
+        atomics, block pointers, tensor descriptors; streamcheck/triton_kernels.py) and reads the others. A tensor a function gets from outside (a parameter's
         path or a `self.` attribute) that nothing in the scan writes was made by code the scan does not hold,
         taken to run on the current stream: a side stream that reads it must have waited for the current stream
         on the reader's way (outside_producers.py; host buffers and `.to(device)` uploads excepted). Inside a
@@ -130,11 +130,11 @@ class CrossStreamConsumer(Rule):
     Known problems:
         A tensor made long ago (weights loaded before a device synchronize the scan does not see) is still
         taken as made on the current stream just before the read; a tensor written only through views stored
-        elsewhere looks unwritten. A Triton kernel imported from another module, or one whose pointer comes out
-        of memory (`tl.load(ptrs_ptr + i)`), is taken to read its arguments only. A wait under a condition in
-        the accesses' own function counts on every way (correlated guards are not related), except one inside an
-        `if` block holding neither access that works on the waiting stream itself, for a read inside a block whose
-        test reads other names only (guards.py); a host synchronize
+        elsewhere looks unwritten. A kernel the scan does not hold (a library's, a TileLang or CuTe kernel), or a
+        Triton kernel whose pointer comes out of memory (`tl.load(ptrs_ptr + i)`), is taken to read its arguments
+        only. A wait under a condition in the accesses' own function counts on every way (correlated guards are
+        not related), except one inside an `if` block holding neither access that works on the waiting stream
+        itself, for a read inside a block whose test reads other names only (guards.py); a host synchronize
         that a helper makes only under a condition (a profiling timer) does not count for the helper's callers,
         and one under a test for another device (`if current_platform.is_xpu():`) counts nowhere. Suppress with
         `# streamcheck: ignore[SC101]` and say why.

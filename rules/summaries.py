@@ -204,7 +204,7 @@ def bound_accesses(program: "Program", function: "Function") -> list[Access]:
                 continue
             held = on_streams or any(a.startswith("self.") or a in taken for a in call.args)
             if held:
-                exact = [e for e in edges if e.exact and program.functions[e.callee].file.detailed]
+                exact = [e for e in edges if e.exact and has_access_facts(program, e.callee)]
                 for edge in exact:
                     found.extend(_as_taken(bind(program, function, call, edge,
                                                 parameter_accesses(program, edge.callee)), taken))
@@ -218,6 +218,14 @@ def bound_accesses(program: "Program", function: "Function") -> list[Access]:
         return found + value_accesses(program, function)
 
     return program.memo(("summaries.bound", function.id), build)
+
+
+def has_access_facts(program: "Program", fid: str) -> bool:
+    """Whether what `fid` does to its parameters is known: a function of a detailed file (prefilter.py), a Triton
+    kernel (any file: FunctionFacts.kernel), or a function of a plain file that launches one through exact calls
+    (an op wrapper `def scale(x, out): _scale_kernel[grid](x, out)`: its parameter accesses are the kernel's)."""
+    function = program.functions[fid]
+    return function.file.detailed or function.facts.kernel or bool(parameter_accesses(program, fid))
 
 
 def _named_args(function: "Function", call: Call) -> Call:

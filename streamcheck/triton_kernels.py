@@ -10,8 +10,10 @@ and through the pointer helpers (`tl.multiple_of`, `tl.advance`, `.to(...)`); a 
 kernel that hands a pointer to another kernel of the file (`_store_tile(out_ptr, ...)`, a `@triton.jit` helper)
 writes what that one stores.
 
-Only kernels of the scanned file are read: a kernel imported from another module is launched with reads only.
-The instrumenter reads a launched `JITFunction`'s source the same way (instrument/launches.py).
+Which parameters it loads through is read the same way (`tl.load`, atomics, `desc.load(...)`): a launch of a kernel
+of another module reads those arguments and writes the stored ones (the lint binds them at the launch through the
+call graph, rules/callgraph.py). The instrumenter reads a launched `JITFunction`'s source the same way
+(instrument/launches.py).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ __all__ = ["KernelWrites", "kernel_writes", "writes_of_source"]
 # Stores and read-modify-writes of triton.language, by the position of their pointer argument (0).
 STORES = frozenset({"store", "atomic_add", "atomic_max", "atomic_min", "atomic_and", "atomic_or", "atomic_xor",
                     "atomic_xchg", "atomic_cas"})
+# Loads and read-modify-writes, by the position of their pointer argument (0).
+LOADS = frozenset({"load"}) | (STORES - {"store"})
 # Calls whose result is the same pointer (moved, hinted or cast): their first argument (or `base=`) carries it.
 POINTER_HELPERS = frozenset({"make_block_ptr", "advance", "multiple_of", "max_contiguous", "max_constancy",
                              "make_tensor_descriptor", "cast"})
@@ -32,17 +36,25 @@ HELPER_ROUNDS = 4  # kernels calling kernels: how many rounds the stores of help
 
 
 class KernelWrites:
-    """A kernel's parameters in order and those its body stores through."""
+    """A kernel's parameters in order, those its body stores through and those it loads through."""
 
-    def __init__(self, params: list[str], written: set[str]) -> None:
+    def __init__(self, params: list[str], written: set[str], loaded: set[str] | None = None) -> None:
         self.params = params
         self.written = written
+        self.loaded = loaded if loaded is not None else set()
 
     def written_arguments(self, call: ast.Call) -> list[ast.expr]:
         """The launch's arguments bound to a parameter the kernel stores through."""
+        return self._arguments(call, self.written)
+
+    def loaded_arguments(self, call: ast.Call) -> list[ast.expr]:
+        """The launch's arguments bound to a parameter the kernel loads through."""
+        return self._arguments(call, self.loaded)
+
+    def _arguments(self, call: ast.Call, names: set[str]) -> list[ast.expr]:
         bound = [arg for position, arg in enumerate(call.args)
-                 if position < len(self.params) and self.params[position] in self.written]
-        return bound + [k.value for k in call.keywords if k.arg in self.written]
+                 if position < len(self.params) and self.params[position] in names]
+        return bound + [k.value for k in call.keywords if k.arg in names]
 
 
 def kernel_writes(tree: ast.Module) -> dict[str, KernelWrites]:
@@ -53,9 +65,9 @@ def kernel_writes(tree: ast.Module) -> dict[str, KernelWrites]:
     for _ in range(HELPER_ROUNDS):
         changed = False
         for name, node in kernels.items():
-            written = _stored_params(node, found)
-            if written != found[name].written:
-                found[name].written, changed = written, True
+            written, loaded = _pointer_params(node, found)
+            if (written, loaded) != (found[name].written, found[name].loaded):
+                found[name].written, found[name].loaded, changed = written, loaded, True
         if not changed:
             break
     return found
@@ -73,7 +85,7 @@ def writes_of_source(source: str, helper: Callable[[str], KernelWrites | None]) 
         return None
     called = {n.func.id for n in ast.walk(node) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
     others = {name: found for name in sorted(called) if (found := helper(name)) is not None}
-    return KernelWrites(_params(node), _stored_params(node, others))
+    return KernelWrites(_params(node), *_pointer_params(node, others))
 
 
 def _is_jit(decorator: ast.expr) -> bool:
@@ -97,7 +109,8 @@ def _pointer_candidates(node: ast.FunctionDef) -> set[str]:
             if not (a.annotation is not None and _last(a.annotation) == "constexpr")}
 
 
-def _stored_params(kernel: ast.FunctionDef, others: dict[str, KernelWrites]) -> set[str]:
+def _pointer_params(kernel: ast.FunctionDef, others: dict[str, KernelWrites]) -> tuple[set[str], set[str]]:
+    """(the parameters the kernel stores through, those it loads through)."""
     params = _pointer_candidates(kernel)
     carried: dict[str, set[str]] = {}  # a local -> the parameters whose pointer it holds
 
@@ -128,23 +141,29 @@ def _stored_params(kernel: ast.FunctionDef, others: dict[str, KernelWrites]) -> 
                     if isinstance(statement, ast.AugAssign) and target.id in params:
                         carried[target.id].add(target.id)
     written: set[str] = set()
+    loaded: set[str] = set()
     for node in ast.walk(kernel):
         if not isinstance(node, ast.Call):
             continue
         last = _last(node.func)
-        if last in STORES:
+        if last in STORES or last in LOADS:
             pointer = node.args[0] if node.args else next(
                 (k.value for k in node.keywords if k.arg in ("pointer", "ptr")), None)
             # `desc.store(offsets, value)`: the descriptor is the receiver
             if isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name) \
                     and node.func.value.id not in ("tl", "triton"):
                 pointer = node.func.value
-            written |= roots(pointer)
+            if last in STORES:
+                written |= roots(pointer)
+            if last in LOADS:
+                loaded |= roots(pointer)
         elif isinstance(node.func, ast.Name) and node.func.id in others:
             helper = others[node.func.id]
             for arg in helper.written_arguments(node):
                 written |= roots(arg)
-    return {name for name in written if name in params}
+            for arg in helper.loaded_arguments(node):
+                loaded |= roots(arg)
+    return {name for name in written if name in params}, {name for name in loaded if name in params}
 
 
 def _last(func: ast.expr) -> str:

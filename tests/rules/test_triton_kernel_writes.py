@@ -121,3 +121,95 @@ def test_a_cache_a_helper_kernel_fills_on_a_side_stream_is_handed_out_unwaited()
                                       "out of `prep`")
     fixed = HANDED_OUT.replace("{wait}", "torch.cuda.current_stream().wait_stream(side)")
     assert findings_of({"m.py": fixed}, {"SC101"}) == []
+
+
+def test_the_parameters_a_kernel_loads_through():
+    found = {name: sorted(k.loaded) for name, k in kernel_writes(ast.parse(textwrap.dedent(KERNELS))).items()}
+    assert found == {
+        "scale_kernel": ["x_ptr"],
+        "gather_kernel": ["ids_ptr", "table_ptr"],
+        "_store_tile": [],
+        "calls_a_helper": ["count_ptr", "src_ptr"],  # an atomic reads what it adds to
+        "block_pointers": ["a_ptr"],  # through the descriptor's `load`
+        "descriptor_store": ["in_desc"],
+    }
+
+
+# A kernel in a module of its own that names no stream (a plain file: prefilter.py), launched from another module
+# directly or through an op wrapper of its module (vLLM's ops files): the launch writes what the kernel stores.
+KERNEL_MODULE = """
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def scale_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
+
+    def scale(x, out):
+        scale_kernel[(4,)](x, out, x.numel(), BLOCK=256)
+"""
+
+LAUNCHES = """
+    import torch
+
+    from pkg import kernels
+    from pkg.kernels import scale, scale_kernel
+
+    def direct(x, side):
+        out = torch.empty_like(x)
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            scale_kernel[(4,)](x, out, x.numel(), BLOCK=256)
+        {wait}
+        return out.sum()
+
+    def through_the_module(x, side):
+        out = torch.empty_like(x)
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            kernels.scale_kernel[(4,)](x, out, x.numel(), BLOCK=256)
+        {wait}
+        return out.sum()
+
+    class Doubler:
+        def through_a_wrapper(self, x, side):
+            self.out = torch.empty_like(x)
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                scale(x, self.out)
+            {wait}
+            return self.out.sum()
+
+    def only_loaded(x, side):
+        out = torch.empty_like(x)
+        doubled = torch.empty_like(x)
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            scale_kernel[(4,)](out, doubled, x.numel(), BLOCK=256)
+        {wait}
+        return out.sum()
+"""
+
+
+def _two_modules(wait: str) -> dict[str, str]:
+    return {"pkg/__init__.py": "", "pkg/kernels.py": KERNEL_MODULE, "pkg/m.py": LAUNCHES.replace("{wait}", wait)}
+
+
+def test_a_kernel_of_another_module_writes_what_it_stores_through():
+    sources = _two_modules("pass")
+    found = findings_of(sources, {"SC101"})
+    racy = textwrap.dedent(sources["pkg/m.py"])
+    returns = [n for n, line in enumerate(racy.splitlines(), 1) if "out.sum()" in line]
+    launches = [line_of(racy, " scale_kernel[(4,)](x, out,"), line_of(racy, "kernels.scale_kernel[(4,)](x, out,"),
+                line_of(racy, "scale(x, self.out)")]
+    # (`only_loaded` hands `out` as the kernel's input: read there, written by nothing)
+    assert sorted((f.rule, f.kind, f.primary.path, f.primary.line, f.extra["path"], f.related[0].line)
+                  for f in found) == [("SC101", "RAW", "pkg/m.py", launch, path, read)
+                                      for launch, read, path in zip(launches, returns, ["out", "out", "self.out"])]
+    assert all(f.message.startswith(f"`{f.extra['path']}` is written by `tl.store in scale_kernel` on stream `side`")
+               for f in found)
+
+
+def test_the_current_stream_waits_for_the_kernel_of_another_module():
+    assert findings_of(_two_modules("torch.cuda.current_stream().wait_stream(side)"), {"SC101"}) == []
