@@ -19,6 +19,31 @@ from .release_after_side_use import releases_after_side_use
 from .returned_from_a_side_stream import returned_unrecorded
 from .rule import Rule
 
+# A bucket's gradients written on the reduction stream by a helper, then the bucket cleared (INVALID as it is;
+# VALID with the helper's record_stream).
+CLEARED_BUCKET = """
+import torch
+
+
+class Bucket:
+    def __init__(self):
+        self.grads = []
+
+    def clear(self):
+        self.grads.clear()
+
+
+class Reducer:
+    def copy_back(self, grads, reduced):
+        with torch.cuda.stream(self.reduction_stream):
+            for grad, new in zip(grads, reduced):
+                grad.copy_(new)
+
+    def reduce(self, bucket, reduced):
+        self.copy_back(bucket.grads, reduced)
+        bucket.clear()  # expect: SC104
+"""
+
 
 class FreeAfterSideStreamUse(Rule):
     """
@@ -519,29 +544,9 @@ def offload(tensors, side):
 """,
         # A bucket's gradients written on the reduction stream by a helper that records them, then the bucket
         # cleared.
-        """
-import torch
-
-
-class Bucket:
-    def __init__(self):
-        self.grads = []
-
-    def clear(self):
-        self.grads.clear()
-
-
-class Reducer:
-    def copy_back(self, grads, reduced):
-        with torch.cuda.stream(self.reduction_stream):
-            for grad, new in zip(grads, reduced):
-                grad.copy_(new)
-                grad.record_stream(self.reduction_stream)
-
-    def reduce(self, bucket, reduced):
-        self.copy_back(bucket.grads, reduced)
-        bucket.clear()
-""",
+        CLEARED_BUCKET.replace("  # expect: SC104", "").replace(
+            "                grad.copy_(new)\n",
+            "                grad.copy_(new)\n                grad.record_stream(self.reduction_stream)\n"),
     ]
 
     INVALID = [
@@ -938,28 +943,7 @@ def offload(tensors, side):
     return out, event  # expect: SC104
 """,
         # ... without the record: the cleared bucket's gradients may go back to the allocator under the copies.
-        """
-import torch
-
-
-class Bucket:
-    def __init__(self):
-        self.grads = []
-
-    def clear(self):
-        self.grads.clear()
-
-
-class Reducer:
-    def copy_back(self, grads, reduced):
-        with torch.cuda.stream(self.reduction_stream):
-            for grad, new in zip(grads, reduced):
-                grad.copy_(new)
-
-    def reduce(self, bucket, reduced):
-        self.copy_back(bucket.grads, reduced)
-        bucket.clear()  # expect: SC104
-""",
+        CLEARED_BUCKET,
     ]
 
     # Kept from a side stream with its event, waited on the main stream by another method: with
