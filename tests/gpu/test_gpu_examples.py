@@ -110,7 +110,8 @@ def run_example(script: Path, out: Path, nproc: int = 1) -> tuple[int, list]:
 LINES_BY_TEXT = {"hpz_race": {"earlier": "param.secondary_shard.copy_(param.view(-1))",
                               "race": "flat = torch.cat([p.secondary_shard for p in params])"},
                  "ipc_export_handed_early": {"race": "exports.put(produce(buf))"}}
-COUNTS = {"hpz_race": 40, "free_then_reuse": 2}
+COUNTS = {"hpz_race": 40, "free_then_reuse": 2,
+          "cleared_container_free": 4}  # (the four elements the clear frees)
 
 
 def expected_line(name: str, script: Path, marker: str) -> int:
