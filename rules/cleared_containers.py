@@ -30,12 +30,12 @@ from streamcheck.findings import ROLE_FREE, ROLE_READ, ROLE_STREAM_CONTEXT, ROLE
 from .element_flow import element_parameters
 from .extract import split_index
 from .facts import Access, Call, exclusive
-from .orderings import orderings_of, site_stream, waits_for
+from .orderings import site_stream, waits_for
 from .program import Function, Program
 from .rule import insert_edit, location
-from .races import exits_before
+from .races import window_between
 from .streams import CURRENT_STREAM, HOST, UNKNOWN, display
-from .summaries import argument_for, call_lifetimes, call_orderings, parameter_lifetimes, translate
+from .summaries import argument_for, call_lifetimes, parameter_lifetimes, translate
 
 WITNESS_DEPTH = 8  # reduce_ipg_grads -> buffered_reduce_fallback -> allreduce_no_retain -> allreduce_and_copy
 
@@ -51,7 +51,7 @@ def cleared_after_side_use(program: Program, rule_id: str) -> Iterable[Finding]:
                     or _recorded(function, lifetimes, call, path, stream):
                 continue
             clear = _cleared(program, function, path, call)
-            if clear is None or _waits_for_side(program, function, stream, call.line, clear[0].line):
+            if clear is None or _waits_for_side(program, function, stream, call, clear[0]):
                 continue
             witness = _device_use(program, function, call, path, stream)
             if witness is None:
@@ -70,15 +70,13 @@ def _recorded(function: Function, lifetimes: list, call: Call, path: str, stream
         for other, how, recorded, on in lifetimes)
 
 
-def _waits_for_side(program: Program, function: Function, stream: str, start: int, end: int) -> bool:
-    """Whether the current stream or the host waits for `stream` (or the whole device) between the two lines on
-    some way to `end`: by the function's own orderings or by what a call between always does (summaries.py)."""
-    orderings = [o for o in orderings_of(program, function) if start < o.line < end]
-    for call, edges in program.calls_of(function.id):
-        if start < call.line < end:
-            orderings += call_orderings(program, function, call, edges)
-    return any(o.waiter in (CURRENT_STREAM, HOST) and waits_for(program, o, stream)
-               and not exits_before(function, o.line, end) for o in orderings)
+def _waits_for_side(program: Program, function: Function, stream: str, after: Call, before: Call) -> bool:
+    """Whether the current stream or the host waits for `stream` (or the whole device) between the two calls on
+    some way to `before`: by the function's own orderings or by what a call between always does (the race query's
+    window, races.window_between). Only such a wait: one by another stream (an offload event's
+    `copy_stream.wait_event(...)`, a parameter stream) does not order the current stream's next allocation."""
+    window = window_between(program, function, (after.line, after.column), (before.line, before.column))
+    return any(o.waiter in (CURRENT_STREAM, HOST) and waits_for(program, o, stream) for o in window)
 
 
 def _cleared(program: Program, function: Function, path: str, call: Call) -> tuple[Call, str] | None:
@@ -138,14 +136,8 @@ def _device_use(program: Program, function: Function, call: Call, path: str, str
                 ) -> tuple[Function, Access] | None:
     """A device op on the side stream `stream` (in `function`'s frame) that some helper reached from `call`
     makes on an element of what `function` passes there as `path`; None when only bookkeeping touches it."""
-    todo = []
-    for callee_call, edges in program.exact_edges_of(function.id):
-        if callee_call == call:
-            for edge in edges:
-                callee = program.functions[edge.callee]
-                todo += [(callee, param, own) for how, param, own in parameter_lifetimes(program, edge.callee)
-                         if how == "side" and translate(program, function, call, callee, own) == stream
-                         and _passes(callee, call, param, path)]
+    todo = [found for callee_call, edges in program.exact_edges_of(function.id) if callee_call == call
+            for found in _side_parameters(program, function, call, edges, stream, path, {})]
     seen: set[tuple[str, str]] = set()
     for _ in range(WITNESS_DEPTH):
         following = []
@@ -160,24 +152,29 @@ def _device_use(program: Program, function: Function, call: Call, path: str, str
                         and not access.fresh and (root == param or param in held.get(root, ())):
                     return helper, access
             for inner_call, edges in program.exact_edges_of(helper.id):
-                for edge in edges:
-                    inner = program.functions[edge.callee]
-                    following += [(inner, q, s) for how, q, s in parameter_lifetimes(program, edge.callee)
-                                  if how == "side" and translate(program, helper, inner_call, inner, s) == own
-                                  and _passes(inner, inner_call, q, param, held)]
+                following += _side_parameters(program, helper, inner_call, edges, own, param, held)
         todo = following
         if not todo:
             break
     return None
 
 
-def _passes(callee: Function, call: Call, param: str, path: str, held: dict | None = None) -> bool:
-    """Whether `call` hands `callee`'s parameter `param` the caller's `path` (or a list of its elements)."""
-    arg = argument_for(callee, call, param)
-    if arg is None:
-        return False
-    root = split_index(arg)[0]
-    return root == path or held is not None and path in held.get(root, ())
+def _side_parameters(program: Program, caller: Function, call: Call, edges: list, stream: str, path: str,
+                     held: dict[str, frozenset[str]]) -> list[tuple[Function, str, str]]:
+    """(callee, parameter, its stream) for each parameter a callee of `call` uses on a side stream that is
+    `stream` in the caller's frame, where the call hands it the caller's `path` (or a local list of its
+    elements: `held`, element_flow.element_parameters)."""
+    found = []
+    for edge in edges:
+        callee = program.functions[edge.callee]
+        for how, param, own in parameter_lifetimes(program, edge.callee):
+            if how != "side" or translate(program, caller, call, callee, own) != stream:
+                continue
+            arg = argument_for(callee, call, param)
+            root = split_index(arg)[0] if arg is not None else None
+            if root is not None and (root == path or path in held.get(root, ())):
+                found.append((callee, param, own))
+    return found
 
 
 def _finding(rule_id: str, function: Function, call: Call, path: str, stream: str, clear: tuple[Call, str],

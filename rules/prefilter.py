@@ -14,9 +14,9 @@ now): vLLM 0.33.0 1 449 -> 755 of 3 231, DeepSpeed 0.19.8 246 -> 162 of 751, tor
 What it does not see (nor did the substring test before, unless a comment happened to name a word): a helper in a
 file whose code names no word, called from stream code, contributes no parameter accesses to its callers
 (summaries.py reads detailed callees only), unless it launches a Triton kernel (a kernel's stores and loads are
-extracted in every file: summaries.has_access_facts). Detailing every file that holds such a callee would detail more files
-than the prefilter leaves out (DeepSpeed 0.19.8: 222 plain files hold exact callees of detailed code). The findings
-are compared with a scan that details every file in tests/scanner/test_prefilter_no_loss.py.
+extracted in every file: summaries.has_access_facts). Detailing every file that holds such a callee would detail
+more files than the prefilter leaves out (DeepSpeed 0.19.8: 222 plain files hold exact callees of detailed code).
+The findings are compared with a scan that details every file in tests/scanner/test_prefilter_no_loss.py.
 """
 
 from __future__ import annotations

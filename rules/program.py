@@ -235,8 +235,12 @@ class Program(CallGraph):
 
     def own_accesses(self, function: Function) -> list[Access]:
         """The function's own accesses, less the hand-off reads of calls the scan resolves (read there instead)."""
+        def known(fid: str) -> bool:  # what the callee does to its parameters is in the facts
+            callee = self.functions[fid]
+            return callee.file.detailed or callee.facts.kernel
+
         return self.memo(("program.own", function.id), lambda: _without_resolved_handoffs(
-            function, self.exact_edges_of(function.id), lambda fid: self.functions[fid].file.detailed or self.functions[fid].facts.kernel))
+            function, self.exact_edges_of(function.id), known))
 
     def all_accesses(self) -> Iterator[tuple[Function, Access]]:
         for function in self.functions.values():
@@ -248,11 +252,11 @@ def _without_resolved_handoffs(function: Function, exact_calls: Iterator[tuple[C
                                known: Callable[[str], bool]) -> list[Access]:
     """A local handed to code the scan holds (`self._num_bytes(t)`) is read where that code reads its parameter
     (bound_accesses), not at the call: the extraction's hand-off read (extract_calls.py `_handed_off`, made
-    for code the scan does not see) is dropped there (a Triton kernel's loads are its reads, in any file). A callee in
-    a file the prefilter passed over holds no access facts to read its parameters with: there a parameter annotated as a tensor keeps its hand-off read (what a
-    detailed callee would make of it, extract_calls.py: vLLM's `tf32_hc_prenorm_gemm(x, ...)` of
-    vllm/utils/deep_gemm.py hands `x` on to the kernel), other arguments do not (the helper may look at the shape
-    only)."""
+    for code the scan does not see) is dropped there (a Triton kernel's loads are its reads, in any file). A callee
+    in a file the prefilter passed over holds no access facts to read its parameters with: there a parameter
+    annotated as a tensor keeps its hand-off read (what a detailed callee would make of it, extract_calls.py:
+    vLLM's `tf32_hc_prenorm_gemm(x, ...)` of vllm/utils/deep_gemm.py hands `x` on to the kernel), other arguments
+    do not (the helper may look at the shape only)."""
     accesses = function.facts.accesses
     if not accesses:
         return []  # (most functions: plain files hold no accesses; their calls need no look)

@@ -31,8 +31,8 @@ class OverwriteWhileAnotherStreamUses(Rule):
         (directly or through calls), or a read that the writer's function reaches through a call it makes before
         the write (a hook that reduces the full bucket on a side stream, then refills it): there only an
         ordering on that way counts (called_before.py). Two writes in two different stream regions of two
-        functions are also reported (WAW), whatever their order. A wait in the other direction (`s.wait_stream(current)`) orders
-        nothing here. Two overwrites by a side stream of what the current stream may still use are found too:
+        functions are also reported (WAW), whatever their order. A wait in the other direction
+        (`s.wait_stream(current)`) orders nothing here. Two overwrites by a side stream of what the current stream may still use are found too:
         a block the current stream just allocated (in the function, or returned by a helper of the scan; a
         storage grown by `resize_(n)` too, also filled through a view of it: `tmp.set_(storage)`, `x.data = view`)
         filled inside `with torch.cuda.stream(s):` before `s` waits for the current stream, on every call path
