@@ -145,6 +145,7 @@ class _FactsVisitor(CallsAndAccesses, Bindings, RegionsAndBlocks, ast.NodeVisito
         self.only_tensor_params: dict[int, set[str]] = {}
         self.defined: set[str] = set()
         self.kernels: dict = {}  # the file's Triton kernels by name -> what they store through (triton_kernels.py)
+        self.callee_of: tuple[ast.Call | None, str] = (None, "")  # the last call the hazard collector spelled
         self.hazards = None
         if detailed:  # SC102-SC105 facts: every node is shown to the collector first (extract_hazards.py)
             from .extract_hazards import HazardCollector

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from .facts import NO_REGION, RETURNED, AsyncCopy, AsyncWork, FileFacts, FunctionFacts, Placement, Use
 from .extract import elements
 from .extract_paths import index_of
-from .extract_handles import (BATCH_P2P, COALESCING_MANAGER, GROUP_SENDS, P2P_LAUNCHES, P2P_OP, P2P_SEND, coalesced,
+from .extract_handles import (BATCH_P2P, COALESCING_MANAGER, GROUP_LAUNCHES, GROUP_SENDS, P2P_LAUNCHES, P2P_OP, P2P_SEND, coalesced,
                               group_launch, handed_on, loop_bindings, loop_sources, p2p_op_list, p2p_ops_in_display, p2p_ops_in_list,
                               p2p_sends, p2p_tensor, work_aliases)
 from .extract_closure_ops import ClosureOps
@@ -139,7 +139,8 @@ class HazardCollector:
         line, column = node.lineno, node.col_offset + 1
         if how == "read" and id(node) in self.iterations:
             arg = "for"  # `for t in bufs`, `zip(bufs, ...)`: the container is iterated, its tensors not read
-        index = index_of(node) if index is None else index
+        if index is None:
+            index = index_of(node) if node.__class__ is ast.Subscript else ""  # (index_of's own first test)
         v = self.v  # (the visitor's state read directly, not through the `fn` property: a use per name mentioned)
         if at_end:  # a binding or free takes effect after its statement's expressions ran
             end = node.end_lineno or node.lineno, (node.end_col_offset or 0) + 1
@@ -193,18 +194,20 @@ class HazardCollector:
 
     # --- calls --------------------------------------------------------------------------------------------------
     def _call(self, node: ast.Call) -> None:
-        keywords = {k.arg: k.value for k in node.keywords if k.arg}
+        keywords = {k.arg: k.value for k in node.keywords if k.arg} if node.keywords else {}
         func = node.func
-        callee = self.dotted(func)
+        callee = func.id if func.__class__ is ast.Name else self.dotted(func)
+        self.v.callee_of = node, callee  # (the visitor's visit_Call, which comes next, spells it so too)
         last = callee.rsplit(".", 1)[-1]
-        if self._async_flag(keywords.get("async_op"), node) and self._is_collective(node, callee):
+        flag = keywords.get("async_op")
+        if flag is not None and self._async_flag(flag, node) and self._is_collective(node, callee):
             self._async_work(node, last, keywords)
             return
         if last in P2P_LAUNCHES or last in (P2P_OP, BATCH_P2P):
             if self._p2p(node, callee, last):
                 return
-        if isinstance(func, ast.Attribute) and group_launch(func.attr, func.value,
-                                                            self.v.param_classes.get(id(self.fn), {})):
+        if isinstance(func, ast.Attribute) and func.attr in GROUP_LAUNCHES and group_launch(
+                func.attr, func.value, self.v.param_classes.get(id(self.v.fn), {})):
             # `group.recv([buf], peer, tag)`: always asynchronous (extract_handles.py); a send only reads
             self._async_work(node, P2P_SEND if last in GROUP_SENDS else last, keywords, flagged=False)
             return
@@ -669,7 +672,7 @@ class HazardCollector:
                                     if _binds_a_name(statements, self.binds_memo))
 
     def _name(self, node: ast.Name) -> None:
-        if isinstance(node.ctx, ast.Load) and node.id not in ("self", "cls"):
+        if node.ctx.__class__ is ast.Load and node.id not in ("self", "cls"):
             self._use(node.id, "read", node)
 
     def _attribute(self, node: ast.Attribute) -> None:

@@ -62,10 +62,11 @@ def kernel_writes(tree: ast.Module) -> dict[str, KernelWrites]:
     kernels = {node.name: node for node in tree.body
                if isinstance(node, ast.FunctionDef) and any(_is_jit(d) for d in node.decorator_list)}
     found = {name: KernelWrites(_params(node), set()) for name, node in kernels.items()}
+    walked = {name: list(ast.walk(node)) for name, node in kernels.items()}  # (once, not twice a round)
     for _ in range(HELPER_ROUNDS):
         changed = False
         for name, node in kernels.items():
-            written, loaded = _pointer_params(node, found)
+            written, loaded = _pointer_params(node, found, walked[name])
             if (written, loaded) != (found[name].written, found[name].loaded):
                 found[name].written, found[name].loaded, changed = written, loaded, True
         if not changed:
@@ -109,8 +110,11 @@ def _pointer_candidates(node: ast.FunctionDef) -> set[str]:
             if not (a.annotation is not None and _last(a.annotation) == "constexpr")}
 
 
-def _pointer_params(kernel: ast.FunctionDef, others: dict[str, KernelWrites]) -> tuple[set[str], set[str]]:
-    """(the parameters the kernel stores through, those it loads through)."""
+def _pointer_params(kernel: ast.FunctionDef, others: dict[str, KernelWrites], nodes: list[ast.AST] | None = None
+                    ) -> tuple[set[str], set[str]]:
+    """(the parameters the kernel stores through, those it loads through); `nodes`: list(ast.walk(kernel)), when
+    the caller has it already."""
+    nodes = list(ast.walk(kernel)) if nodes is None else nodes
     params = _pointer_candidates(kernel)
     carried: dict[str, set[str]] = {}  # a local -> the parameters whose pointer it holds
 
@@ -130,7 +134,7 @@ def _pointer_params(kernel: ast.FunctionDef, others: dict[str, KernelWrites]) ->
             return roots(base)
         return set()  # a load, a constant, any other call: data, not a pointer
 
-    statements = [node for node in ast.walk(kernel) if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign))]
+    statements = [node for node in nodes if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign))]
     for _ in range(2):  # twice: a pointer moved at the end of a loop body is used at its top
         for statement in statements:
             value = statement.value
@@ -142,7 +146,7 @@ def _pointer_params(kernel: ast.FunctionDef, others: dict[str, KernelWrites]) ->
                         carried[target.id].add(target.id)
     written: set[str] = set()
     loaded: set[str] = set()
-    for node in ast.walk(kernel):
+    for node in nodes:
         if not isinstance(node, ast.Call):
             continue
         last = _last(node.func)
