@@ -283,6 +283,7 @@ class CallsAndAccesses(ast.NodeVisitor):
             self.fn.outer_names[root] = owner
 
     def visit_Name(self, node: ast.Name) -> None:
+        # (extract.py's generic_visit of detailed files inlines this for the names it visits: change both)
         if not isinstance(node.ctx, ast.Load):
             self.frames[-1][1].add(node.id)
 

@@ -154,12 +154,14 @@ class HazardCollector:
         if path is None:
             return None  # not a plain path: its parts are seen (and counted) on their own
         node = expr
+        add = self.skip.add
         while True:
-            self.skip.add(id(node))
-            if isinstance(node, (ast.Attribute, ast.Subscript, ast.Starred)):
+            add(id(node))
+            kind = node.__class__  # (ast.parse makes exact types)
+            if kind is ast.Attribute or kind is ast.Subscript or kind is ast.Starred:
                 node = node.value
-            elif _is_view_call(node, self.view_methods):
-                self.skip.add(id(node.func))
+            elif kind is ast.Call and node.func.__class__ is ast.Attribute and node.func.attr in self.view_methods:
+                add(id(node.func))  # (_is_view_call, inlined)
                 node = node.func.value
             else:
                 break
@@ -174,7 +176,11 @@ class HazardCollector:
     def _arguments(self, node: ast.Call, how: str, arg: str = "") -> None:
         for expr in list(node.args) + [k.value for k in node.keywords if k.arg not in ("out", "non_blocking")]:
             for elt in elements(expr):
-                if isinstance(elt, (ast.Name, ast.Attribute, ast.Subscript, ast.Starred, ast.Call)):
+                if elt.__class__ is ast.Name:  # (the common argument: _is_module and _mark of a name, inlined)
+                    if elt.id not in self.v.facts.imports and elt.id not in ("self", "cls"):
+                        self.skip.add(id(elt))
+                        self._use(elt.id, how, elt, arg)
+                elif isinstance(elt, (ast.Attribute, ast.Subscript, ast.Starred, ast.Call)):
                     if isinstance(elt, ast.Call) and not _is_view_call(elt, self.view_methods):
                         temporary = self._unbound_copy(elt)  # `int(x.cpu(non_blocking=True))`
                         if temporary:
@@ -672,6 +678,7 @@ class HazardCollector:
                                     if _binds_a_name(statements, self.binds_memo))
 
     def _name(self, node: ast.Name) -> None:
+        # (extract.py's generic_visit inlines this for the names it visits: change both)
         if node.ctx.__class__ is ast.Load and node.id not in ("self", "cls"):
             self._use(node.id, "read", node)
 
