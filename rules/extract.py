@@ -145,6 +145,7 @@ class _FactsVisitor(CallsAndAccesses, Bindings, RegionsAndBlocks, ast.NodeVisito
         self.only_tensor_params: dict[int, set[str]] = {}
         self.defined: set[str] = set()
         self.kernels: dict = {}  # the file's Triton kernels by name -> what they store through (triton_kernels.py)
+        self.callee_of: tuple[ast.Call | None, str] = (None, "")  # the last call the hazard collector spelled
         self.hazards = None
         if detailed:  # SC102-SC105 facts: every node is shown to the collector first (extract_hazards.py)
             from .extract_hazards import HazardCollector
@@ -214,6 +215,13 @@ class _FactsVisitor(CallsAndAccesses, Bindings, RegionsAndBlocks, ast.NodeVisito
             value = getattr(node, name, None)
             for item in (value or ()) if many else (value,):
                 kind = item.__class__
+                if kind is _NAME:  # the collector's _name and visit_Name, inlined: a fifth of the nodes
+                    if item.ctx.__class__ is _LOAD:
+                        if item.id not in _NO_PATH_NAMES and id(item) not in skip:
+                            self.hazards._use(item.id, "read", item)
+                    else:
+                        self.frames[-1][1].add(item.id)
+                    continue
                 if item is None or kind is ast.Constant:  # (None: `{**d}` in Dict.keys, an absent field)
                     continue
                 handler = handlers.get(kind)
@@ -430,7 +438,8 @@ class _PlainFactsVisitor(_FactsVisitor):
                 (methods.get(kind) or self._method_of(kind))(self, item)  # (visit, inlined)
 
 
-_NAME, _ATTRIBUTE, _KEYWORD, _ARG = ast.Name, ast.Attribute, ast.keyword, ast.arg
+_NAME, _ATTRIBUTE, _KEYWORD, _ARG, _LOAD = ast.Name, ast.Attribute, ast.keyword, ast.arg, ast.Load
+_NO_PATH_NAMES = ("self", "cls")  # (no access path: the collector's _name records no read of them)
 
 
 TENSOR_ANNOTATION_WORDS = frozenset({"Tensor", "torch.Tensor", "None", "Optional", "typing.Optional"})

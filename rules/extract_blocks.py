@@ -144,13 +144,48 @@ def _tested_names(test: ast.expr) -> tuple[str, ...]:
     """The names and attribute paths an `if` test reads, each as its longest dotted path (`self.cfg.overlap`),
     callees included (`dist.get_world_size`)."""
     found: list[str] = []
-    for node in ast.walk(test):
-        if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load):
-            text = dotted(node)
-            if "?" not in text and "[]" not in text and "()" not in text:
-                found.append(text)
+    _loaded_paths(test, found)
+    if len(found) == 1:  # (most tests: `if x:`, `if self.a is None:`)
+        return (found[0],)
+    unique = set(found)
     # keep the longest paths only: `self.cfg.overlap` covers its own `self.cfg` and `self`
-    return tuple(sorted({t for t in found if not any(o.startswith(t + ".") for o in found)}))
+    return tuple(sorted(t for t in unique if not any(o.startswith(t + ".") for o in unique)))
+
+
+def _loaded_paths(node: ast.AST, found: list[str]) -> None:
+    """The dotted paths of the loaded names and attributes under `node` that are plain paths (`self.cfg.overlap`,
+    not `f().x` or `xs[0].y`), as `dotted` spells them; of a plain path only the whole, not its prefixes (which
+    _tested_names drops anyway). Walking every node with ast.walk and spelling each one with `dotted` took 6 %
+    of the plain files' facts pass on DeepSpeed 0.19.8 (every `if` of every file)."""
+    kind = node.__class__
+    if kind is _NAME:
+        if node.ctx.__class__ is _LOAD:
+            found.append(node.id)
+        return
+    if kind is _ATTRIBUTE:
+        base = node.value
+        while base.__class__ is _ATTRIBUTE:
+            base = base.value
+        if base.__class__ is _NAME and node.ctx.__class__ is _LOAD:
+            found.append(dotted(node))  # (its prefixes are loads too, and covered by it)
+        elif base.__class__ is _NAME:
+            _loaded_paths(node.value, found)
+        else:  # `f().x.y`, `xs[0].y`: no plain path down to the base, whose parts are looked at
+            _loaded_paths(base, found)
+        return
+    if kind is _CONSTANT:
+        return
+    for name in node._fields:
+        value = getattr(node, name, None)
+        if value.__class__ is list:
+            for item in value:
+                if isinstance(item, ast.AST):
+                    _loaded_paths(item, found)
+        elif isinstance(value, ast.AST):
+            _loaded_paths(value, found)
+
+
+_NAME, _ATTRIBUTE, _CONSTANT, _LOAD = ast.Name, ast.Attribute, ast.Constant, ast.Load
 
 
 def _only_if_it_exists(node: ast.If) -> bool:

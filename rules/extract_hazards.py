@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from .facts import NO_REGION, RETURNED, AsyncCopy, AsyncWork, FileFacts, FunctionFacts, Placement, Use
 from .extract import elements
 from .extract_paths import index_of
-from .extract_handles import (BATCH_P2P, COALESCING_MANAGER, GROUP_SENDS, P2P_LAUNCHES, P2P_OP, P2P_SEND, coalesced,
+from .extract_handles import (BATCH_P2P, COALESCING_MANAGER, GROUP_LAUNCHES, GROUP_SENDS, P2P_LAUNCHES, P2P_OP, P2P_SEND, coalesced,
                               group_launch, handed_on, loop_bindings, loop_sources, p2p_op_list, p2p_ops_in_display, p2p_ops_in_list,
                               p2p_sends, p2p_tensor, work_aliases)
 from .extract_closure_ops import ClosureOps
@@ -139,7 +139,8 @@ class HazardCollector:
         line, column = node.lineno, node.col_offset + 1
         if how == "read" and id(node) in self.iterations:
             arg = "for"  # `for t in bufs`, `zip(bufs, ...)`: the container is iterated, its tensors not read
-        index = index_of(node) if index is None else index
+        if index is None:
+            index = index_of(node) if node.__class__ is ast.Subscript else ""  # (index_of's own first test)
         v = self.v  # (the visitor's state read directly, not through the `fn` property: a use per name mentioned)
         if at_end:  # a binding or free takes effect after its statement's expressions ran
             end = node.end_lineno or node.lineno, (node.end_col_offset or 0) + 1
@@ -153,12 +154,14 @@ class HazardCollector:
         if path is None:
             return None  # not a plain path: its parts are seen (and counted) on their own
         node = expr
+        add = self.skip.add
         while True:
-            self.skip.add(id(node))
-            if isinstance(node, (ast.Attribute, ast.Subscript, ast.Starred)):
+            add(id(node))
+            kind = node.__class__  # (ast.parse makes exact types)
+            if kind is ast.Attribute or kind is ast.Subscript or kind is ast.Starred:
                 node = node.value
-            elif _is_view_call(node, self.view_methods):
-                self.skip.add(id(node.func))
+            elif kind is ast.Call and node.func.__class__ is ast.Attribute and node.func.attr in self.view_methods:
+                add(id(node.func))  # (_is_view_call, inlined)
                 node = node.func.value
             else:
                 break
@@ -173,7 +176,11 @@ class HazardCollector:
     def _arguments(self, node: ast.Call, how: str, arg: str = "") -> None:
         for expr in list(node.args) + [k.value for k in node.keywords if k.arg not in ("out", "non_blocking")]:
             for elt in elements(expr):
-                if isinstance(elt, (ast.Name, ast.Attribute, ast.Subscript, ast.Starred, ast.Call)):
+                if elt.__class__ is ast.Name:  # (the common argument: _is_module and _mark of a name, inlined)
+                    if elt.id not in self.v.facts.imports and elt.id not in ("self", "cls"):
+                        self.skip.add(id(elt))
+                        self._use(elt.id, how, elt, arg)
+                elif isinstance(elt, (ast.Attribute, ast.Subscript, ast.Starred, ast.Call)):
                     if isinstance(elt, ast.Call) and not _is_view_call(elt, self.view_methods):
                         temporary = self._unbound_copy(elt)  # `int(x.cpu(non_blocking=True))`
                         if temporary:
@@ -193,18 +200,20 @@ class HazardCollector:
 
     # --- calls --------------------------------------------------------------------------------------------------
     def _call(self, node: ast.Call) -> None:
-        keywords = {k.arg: k.value for k in node.keywords if k.arg}
+        keywords = {k.arg: k.value for k in node.keywords if k.arg} if node.keywords else {}
         func = node.func
-        callee = self.dotted(func)
+        callee = func.id if func.__class__ is ast.Name else self.dotted(func)
+        self.v.callee_of = node, callee  # (the visitor's visit_Call, which comes next, spells it so too)
         last = callee.rsplit(".", 1)[-1]
-        if self._async_flag(keywords.get("async_op"), node) and self._is_collective(node, callee):
+        flag = keywords.get("async_op")
+        if flag is not None and self._async_flag(flag, node) and self._is_collective(node, callee):
             self._async_work(node, last, keywords)
             return
         if last in P2P_LAUNCHES or last in (P2P_OP, BATCH_P2P):
             if self._p2p(node, callee, last):
                 return
-        if isinstance(func, ast.Attribute) and group_launch(func.attr, func.value,
-                                                            self.v.param_classes.get(id(self.fn), {})):
+        if isinstance(func, ast.Attribute) and func.attr in GROUP_LAUNCHES and group_launch(
+                func.attr, func.value, self.v.param_classes.get(id(self.v.fn), {})):
             # `group.recv([buf], peer, tag)`: always asynchronous (extract_handles.py); a send only reads
             self._async_work(node, P2P_SEND if last in GROUP_SENDS else last, keywords, flagged=False)
             return
@@ -669,7 +678,8 @@ class HazardCollector:
                                     if _binds_a_name(statements, self.binds_memo))
 
     def _name(self, node: ast.Name) -> None:
-        if isinstance(node.ctx, ast.Load) and node.id not in ("self", "cls"):
+        # (extract.py's generic_visit inlines this for the names it visits: change both)
+        if node.ctx.__class__ is ast.Load and node.id not in ("self", "cls"):
             self._use(node.id, "read", node)
 
     def _attribute(self, node: ast.Attribute) -> None:

@@ -80,6 +80,9 @@ def kept_facts(node: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str] | 
                     found.append(("pair", container, *_event_text(call.args[0]), stmt.lineno, stmt.col_offset + 1))
                 elif (func.attr == "clear" or func.attr in _POPS) and container:
                     found.append(("drop", container, "", "", stmt.lineno, stmt.col_offset + 1))
+    if lines is not None and not _names_a_wait(lines[node.lineno - 1:node.end_lineno or node.lineno]):
+        return sorted(set(found), key=lambda k: (k[4], k[5], k[0], k[1], k[2], k[3]))  # (no wait in its text:
+        # most functions; their statements' own tests below would all fail)
     for expr in _wait_calls(statements, lines):
             for text in [expr.func.value] + list(expr.args):
                 container = _element_of(text, aliases, elements)
