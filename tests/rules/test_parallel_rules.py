@@ -38,3 +38,74 @@ def test_a_failing_child_leaves_its_rule_to_the_parent(monkeypatch):
     monkeypatch.setattr(parallel_rules.pickle, "dumps", lambda *a, **k: 1 / 0)  # (in the child only: the parent
     forked = run_rules(all_rules(), program_of(_sources()), jobs=2, min_functions=0)  # never pickles)
     assert _keys(forked) == _keys(serial)
+
+
+def _by_id(*ids):
+    rules = {rule.id: rule for rule in all_rules()}
+    return [rules[rule_id] for rule_id in ids]
+
+
+@pytest.mark.parametrize("ids", [
+    ("SC101", "SC102", "SC103", "SC104", "SC105", "SC106", "SC107"),
+    ("SC107", "SC104", "SC102", "SC101"),  # (not in id order: the findings come in the order given)
+    ("SC102", "SC105", "SC107"),  # only rules run before the indexes: all in the queue
+    ("SC104", "SC101"),  # only rules run after them
+    ("SC101", "SC105"),
+])
+def test_every_split_gives_every_rules_findings_in_rule_order(ids):
+    rules = _by_id(*ids)
+    serial = run_rules(rules, program_of(_sources()), jobs=1)
+    assert [f.rule for f in serial] == sorted([f.rule for f in serial], key=ids.index)
+    assert _keys(run_rules(rules, program_of(_sources()), jobs=2, min_functions=0)) == _keys(serial)
+
+
+def test_the_split_puts_the_rules_without_indexes_in_the_first_child_and_the_rest_in_the_queue(monkeypatch):
+    """Who runs what: the first child exactly BEFORE_INDEXES' rules; the queue, in HEAVIEST_FIRST order, the rest."""
+    checked, queued = [], []
+    real_checked, real_take = parallel_rules._checked, parallel_rules._take
+    monkeypatch.setattr(parallel_rules, "_fork", lambda work: None)  # (no child: everything in this process)
+    monkeypatch.setattr(parallel_rules, "_checked", lambda rules, program: checked.append(
+        [r.id for r in rules]) or real_checked(rules, program))
+    monkeypatch.setattr(parallel_rules, "_take", lambda queue, rules, program: queued.append(
+        [r.id for r in rules]) or real_take(queue, rules, program))
+    rules = _by_id("SC101", "SC102", "SC103", "SC104", "SC105", "SC106", "SC107")
+    serial = run_rules(rules, program_of(_sources()), jobs=1)
+    found = run_rules(rules, program_of(_sources()), jobs=2, min_functions=0)
+    assert _keys(found) == _keys(serial)
+    # no fork for the first child: its rules go to the end of the queue, which this process empties alone
+    assert checked == [] and queued == [["SC101", "SC104", "SC106", "SC102", "SC103", "SC105", "SC107"]]
+
+
+@pytest.mark.parametrize("failing", ["_checked", "_take"])
+def test_one_failing_child_leaves_its_rules_to_the_parent(monkeypatch, failing):
+    """The first child (rules before the indexes) dies, or the queue's child dies after taking a rule: the rules
+    they did not hand back run here."""
+    parent = os.getpid()
+    real = getattr(parallel_rules, failing)
+
+    def fails_in_a_child(*args):
+        if os.getpid() != parent:
+            if failing == "_take":
+                os.read(args[0], 1)  # (a rule taken, never handed back)
+            os._exit(3)
+        return real(*args)
+
+    serial = run_rules(all_rules(), program_of(_sources()), jobs=1)
+    monkeypatch.setattr(parallel_rules, failing, fails_in_a_child)
+    forked = run_rules(all_rules(), program_of(_sources()), jobs=2, min_functions=0)
+    assert _keys(forked) == _keys(serial)
+
+
+def test_the_queue_hands_each_rule_to_one_process_only():
+    queue = parallel_rules._queue(3)
+    rules = _by_id("SC102", "SC103", "SC105")
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os._exit(len(parallel_rules._take(queue, rules, program_of(_sources()))))
+        finally:
+            os._exit(99)
+    here = parallel_rules._take(queue, rules, program_of(_sources()))
+    _, status = os.waitpid(pid, 0)
+    os.close(queue)
+    assert len(here) + os.WEXITSTATUS(status) == 3
