@@ -1,20 +1,24 @@
-"""The rules over one program in three processes: this one and two forked children.
+"""The rules over one program in two processes: this one and a forked child taking rules from one queue.
 
 A rule only reads the program (its lazy indexes are memos: the same value whichever process builds it), so a child
 forked after the whole-program phase gives the same findings as this process would; a child inherits the program
 copy-on-write and sends back only its rules' findings (pickled through a pipe).
 
-The work, at -j2 (two cores), in two stages:
-1. The rules that never read the access indexes (`races.matching`) nor the access lists they are built from
-   (`BEFORE_INDEXES`: SC102, SC103, SC105, SC107) run in a child forked right after the whole-program phase, while
-   this process builds the access indexes (races.build_indexes). Measured (CPU s): DeepSpeed 0.19.8 indexes 0.31,
-   those four rules 0.31; vLLM 0.33.0 indexes 2.1, the four 1.7.
-2. The other rules (SC101, SC104, SC106, and any rule not listed) go into a queue, the most expensive first
-   (`HEAVIEST_FIRST`); this process and a second child forked after the indexes take them one at a time, so each
-   takes the next rule when it is done with its last (vLLM: SC101 1.3, SC104 1.6, SC106 0.5-0.8; DeepSpeed: 0.39,
-   0.30, 0.13). The queue is a pipe holding one byte per rule: a read of one byte from a pipe is atomic, so no
-   rule is taken twice, and once it is empty (its write end closed before the fork) a read says so.
-Before (session 21: SC101 alone in a child after the indexes, the other six here) the six took twice SC101's time.
+At -j2 this process builds what the heavy rules all read (the access indexes, races.build_indexes, and the
+whole-program values of `_shared`), forks the child, and then both take the rules from a queue, the most expensive
+first (`HEAVIEST_FIRST`), one at a time: each takes the next rule when it is done with its last. The queue is a pipe
+holding one byte per rule: a read of one byte from a pipe is atomic, so no rule is taken twice, and once it is empty
+(its write end closed before the fork) a read says so. Measured alone after the indexes (CPU s): vLLM 0.33.0
+indexes 2.1, SC104 1.6, SC101 1.3, SC107 0.9, SC106 0.5-0.8, SC105 0.5-0.7, SC102 0.15, SC103 0.08; DeepSpeed
+0.19.8 indexes 0.33, SC101 0.39, SC104 0.29, SC107 0.15, SC106 0.13, SC105 0.12, SC102 0.03, SC103 0.01.
+Before (session 21: SC101 alone in the child, the other six here) the six took twice SC101's time: vLLM rules
+(dumped facts, alternated on a loaded machine) 8.4-11.0 s wall -> 6.8-8.0 s.
+
+`EARLY_CHILD` (off) adds a second child, forked before the indexes, for the rules that read none
+(`INDEX_FREE`), while this process builds them: the shortest chain on an idle machine (vLLM: this process 4.8 s
+CPU instead of 5.6-6.3), but each fork makes every process copy the pages it writes (the scan's heap: vLLM
+0.8 GB), and with a second one the three processes took 1-1.5 s more CPU in all: on a machine with other load it
+lost (vLLM rules wall 8.4-8.6 s against 6.8-8.0 s with one child).
 
 Where fork is missing, the program is small, or a child fails in any way (an exception, a signal, a truncated
 pipe), the rules a child did not hand back run here, one after the other, as without it.
@@ -37,9 +41,10 @@ if TYPE_CHECKING:
 # Rules that read neither the access indexes nor `program.all_accesses` (checked: after any one of them alone the
 # program holds no `races.by_key.*` memo and no `accesses_in` entry). A rule missing here only waits for the
 # indexes; a rule listed here that did read them would only build them itself (the same findings, slower).
-BEFORE_INDEXES = frozenset({"SC102", "SC103", "SC105", "SC107"})
+INDEX_FREE = frozenset({"SC102", "SC103", "SC105", "SC107"})
+EARLY_CHILD = False  # a second child for INDEX_FREE, forked before the indexes (see the docstring for why not)
 # The queue's order: the most expensive rules first (measured above), then any other in the order given.
-HEAVIEST_FIRST = ("SC101", "SC104", "SC106")
+HEAVIEST_FIRST = ("SC101", "SC104", "SC107", "SC106", "SC105", "SC102", "SC103")
 # Below this many functions a fork costs more than it saves (a fork of a large scan process takes ~10-50 ms).
 MIN_FUNCTIONS = 2_000
 
@@ -54,22 +59,26 @@ def run_rules(rules: list[type["Rule"]], program: "Program", jobs: int,
         return _serial(rules, program)
     from .races import build_indexes
 
-    early = [rule for rule in rules if rule.id in BEFORE_INDEXES]
-    late = [rule for rule in rules if rule.id not in BEFORE_INDEXES]
+    before = INDEX_FREE if EARLY_CHILD else frozenset()
+    early = [rule for rule in rules if rule.id in before]
+    late = [rule for rule in rules if rule.id not in before]
     if not early or not late:  # one stage only: every rule in the queue
         early, late = [], list(rules)
-    late.sort(key=lambda rule: HEAVIEST_FIRST.index(rule.id) if rule.id in HEAVIEST_FIRST else len(HEAVIEST_FIRST))
+    late = _heaviest_first(late)
     children: list[_Child] = []
     found: Found = {}
     try:
         if early:
+            program.call_sites  # (the indexes read it, and SC102: built once, before the fork)
             child = _fork(lambda: _checked(early, program))
             if child is None:
-                late += early  # (no child for them: the queue takes them, last)
+                late = _heaviest_first(late + early)  # (no child for them: the queue takes them)
             else:
                 children.append(child)
-        if any(rule.id not in BEFORE_INDEXES for rule in late):
+        if any(rule.id not in INDEX_FREE for rule in late):
             build_indexes(program)  # (what the queue's rules all read: built once, here)
+        if sum(rule.id in ("SC101", "SC104", "SC106") for rule in late) > 1:
+            _shared(program)
         queue = _queue(len(late))
         if queue is not None:
             child = _fork(lambda: _take(queue, late, program))
@@ -87,6 +96,28 @@ def run_rules(rules: list[type["Rule"]], program: "Program", jobs: int,
         if rule.id not in found:
             found[rule.id] = list(rule().check(program))
     return [finding for rule in rules for finding in found[rule.id]]
+
+
+def _heaviest_first(rules: list[type["Rule"]]) -> list[type["Rule"]]:
+    """In HEAVIEST_FIRST's order; a rule not listed after those, in the order given."""
+    return sorted(rules, key=lambda rule: HEAVIEST_FIRST.index(rule.id) if rule.id in HEAVIEST_FIRST
+                  else len(HEAVIEST_FIRST))
+
+
+def _shared(program: "Program") -> None:
+    """What SC101, SC104 and SC106 each build first (checked: each of them, alone after the indexes, builds all of
+    these), built here before the queue's child is forked instead of on both sides (DeepSpeed 0.19.8: 0.13 s,
+    vLLM 0.33.0: 0.5 s). Only whole-program values that read no table filled lazily from wherever it is first asked
+    (not summaries.performed: a call cycle's value there depends on where its filling started)."""
+    from .hooks import hook_run_functions
+    from .orderings import launch_streams, orderings_in_program, recorded_streams
+
+    program.runs_on_current_stream
+    program.reached_from_region_any
+    hook_run_functions(program)
+    orderings_in_program(program)
+    recorded_streams(program, "")
+    launch_streams(program, "")
 
 
 def _checked(rules: Iterable[type["Rule"]], program: "Program") -> Found:
