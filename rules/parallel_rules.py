@@ -1,14 +1,27 @@
-"""The rules over one program in two processes: the heaviest rule in a forked child, the others here.
+"""The rules over one program in two processes: this one and a forked child taking rules from one queue.
 
 A rule only reads the program (its lazy indexes are memos: the same value whichever process builds it), so a child
-forked after the whole-program phase gives the same findings as the parent would; the child inherits the program
-copy-on-write and sends back only its findings (pickled through a pipe). On DeepSpeed 0.19.8 SC101 takes 0.70 s CPU
-of the rules' 1.05 s when it runs first, the other five rules 0.79 s when they run first: the phase takes the longer
-of the two instead of their sum. The access indexes both sides match against (races.build_indexes) are built before
-the fork, once.
+forked after the whole-program phase gives the same findings as this process would; a child inherits the program
+copy-on-write and sends back only its rules' findings (pickled through a pipe).
 
-Where fork is missing, the program is small, or the child fails in any way (an exception, a signal, a truncated
-pipe), the rules run here, one after the other, as without it.
+At -j2 this process builds what the heavy rules all read (the access indexes, races.build_indexes, and the
+whole-program values of `_shared`), forks the child, and then both take the rules from a queue, the most expensive
+first (`HEAVIEST_FIRST`), one at a time: each takes the next rule when it is done with its last. The queue is a pipe
+holding one byte per rule: a read of one byte from a pipe is atomic, so no rule is taken twice, and once it is empty
+(its write end closed before the fork) a read says so. Measured alone after the indexes (CPU s): vLLM 0.33.0
+indexes 2.1, SC104 1.6, SC101 1.3, SC107 0.9, SC106 0.5-0.8, SC105 0.5-0.7, SC102 0.15, SC103 0.08; DeepSpeed
+0.19.8 indexes 0.33, SC101 0.39, SC104 0.29, SC107 0.15, SC106 0.13, SC105 0.12, SC102 0.03, SC103 0.01.
+Before (session 21: SC101 alone in the child, the other six here) the six took twice SC101's time: vLLM rules
+(dumped facts, alternated on a loaded machine) 8.4-11.0 s wall -> 6.8-8.0 s.
+
+`EARLY_CHILD` (off) adds a second child, forked before the indexes, for the rules that read none
+(`INDEX_FREE`), while this process builds them: the shortest chain on an idle machine (vLLM: this process 4.8 s
+CPU instead of 5.6-6.3), but each fork makes every process copy the pages it writes (the scan's heap: vLLM
+0.8 GB), and with a second one the three processes took 1-1.5 s more CPU in all: on a machine with other load it
+lost (vLLM rules wall 8.4-8.6 s against 6.8-8.0 s with one child).
+
+Where fork is missing, the program is small, or a child fails in any way (an exception, a signal, a truncated
+pipe), the rules a child did not hand back run here, one after the other, as without it.
 """
 
 from __future__ import annotations
@@ -17,7 +30,7 @@ import os
 import pickle
 import signal
 import sys
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from streamcheck.findings import Finding
 
@@ -25,25 +38,145 @@ if TYPE_CHECKING:
     from .program import Program
     from .rule import Rule
 
-# The rule run in the child: the most expensive by far (SC101, measured above); the rest together about match it.
-CHILD_RULE = "SC101"
+# Rules that read neither the access indexes nor `program.all_accesses` (checked: after any one of them alone the
+# program holds no `races.by_key.*` memo and no `accesses_in` entry). A rule missing here only waits for the
+# indexes; a rule listed here that did read them would only build them itself (the same findings, slower).
+INDEX_FREE = frozenset({"SC102", "SC103", "SC105", "SC107"})
+EARLY_CHILD = False  # a second child for INDEX_FREE, forked before the indexes (see the docstring for why not)
+# The queue's order: the most expensive rules first (measured above), then any other in the order given.
+HEAVIEST_FIRST = ("SC101", "SC104", "SC107", "SC106", "SC105", "SC102", "SC103")
 # Below this many functions a fork costs more than it saves (a fork of a large scan process takes ~10-50 ms).
 MIN_FUNCTIONS = 2_000
+
+Found = dict[str, list[Finding]]  # rule id -> its findings, in the rule's order
 
 
 def run_rules(rules: list[type["Rule"]], program: "Program", jobs: int,
               min_functions: int = MIN_FUNCTIONS) -> list[Finding]:
     """Every rule's findings, in the order of `rules` (each rule's in its own order)."""
-    child = [rule for rule in rules if rule.id == CHILD_RULE]
-    if jobs < 2 or not child or len(rules) < 2 or not hasattr(os, "fork") or len(program.functions) < min_functions:
+    if jobs < 2 or len(rules) < 2 or len(rules) > 255 or not hasattr(os, "fork") \
+            or len(program.functions) < min_functions:
         return _serial(rules, program)
     from .races import build_indexes
 
-    build_indexes(program)  # (what both sides read: built once, here)
+    before = INDEX_FREE if EARLY_CHILD else frozenset()
+    early = [rule for rule in rules if rule.id in before]
+    late = [rule for rule in rules if rule.id not in before]
+    if not early or not late:  # one stage only: every rule in the queue
+        early, late = [], list(rules)
+    late = _heaviest_first(late)
+    children: list[_Child] = []
+    found: Found = {}
+    try:
+        if early:
+            program.call_sites  # (the indexes read it, and SC102: built once, before the fork)
+            child = _fork(lambda: _checked(early, program))
+            if child is None:
+                late = _heaviest_first(late + early)  # (no child for them: the queue takes them)
+            else:
+                children.append(child)
+        if any(rule.id not in INDEX_FREE for rule in late):
+            build_indexes(program)  # (what the queue's rules all read: built once, here)
+        if sum(rule.id in ("SC101", "SC104", "SC106") for rule in late) > 1:
+            _shared(program)
+        queue = _queue(len(late))
+        if queue is not None:
+            child = _fork(lambda: _take(queue, late, program))
+            if child is not None:
+                children.append(child)
+            found.update(_take(queue, late, program))
+            os.close(queue)
+    except BaseException:  # (a rule's bug, ^C): no child left behind
+        for child in children:
+            child.kill()
+        raise
+    for child in children:
+        found.update(child.collect())
+    for rule in rules:  # whatever no process handed back (a child that failed, a fork or pipe that failed)
+        if rule.id not in found:
+            found[rule.id] = list(rule().check(program))
+    return [finding for rule in rules for finding in found[rule.id]]
+
+
+def _heaviest_first(rules: list[type["Rule"]]) -> list[type["Rule"]]:
+    """In HEAVIEST_FIRST's order; a rule not listed after those, in the order given."""
+    return sorted(rules, key=lambda rule: HEAVIEST_FIRST.index(rule.id) if rule.id in HEAVIEST_FIRST
+                  else len(HEAVIEST_FIRST))
+
+
+def _shared(program: "Program") -> None:
+    """What SC101, SC104 and SC106 each build first (checked: each of them, alone after the indexes, builds all of
+    these), built here before the queue's child is forked instead of on both sides (DeepSpeed 0.19.8: 0.13 s,
+    vLLM 0.33.0: 0.5 s). Only whole-program values that read no table filled lazily from wherever it is first asked
+    (not summaries.performed: a call cycle's value there depends on where its filling started)."""
+    from .hooks import hook_run_functions
+    from .orderings import launch_streams, orderings_in_program, recorded_streams
+
+    program.runs_on_current_stream
+    program.reached_from_region_any
+    hook_run_functions(program)
+    orderings_in_program(program)
+    recorded_streams(program, "")
+    launch_streams(program, "")
+
+
+def _checked(rules: Iterable[type["Rule"]], program: "Program") -> Found:
+    return {rule.id: list(rule().check(program)) for rule in rules}
+
+
+def _queue(count: int) -> int | None:
+    """The read end of a pipe holding the bytes 0 .. count-1 and no writer left; None when no pipe could be made."""
     try:
         read_end, write_end = os.pipe()
     except OSError:
-        return _serial(rules, program)
+        return None
+    try:
+        os.write(write_end, bytes(range(count)))  # (far below a pipe's buffer: never blocks)
+    finally:
+        os.close(write_end)
+    return read_end
+
+
+def _take(queue: int, rules: list[type["Rule"]], program: "Program") -> Found:
+    """The next rule of the queue, then the next, until it is empty; each rule's findings."""
+    found: Found = {}
+    while taken := os.read(queue, 1):
+        rule = rules[taken[0]]
+        found[rule.id] = list(rule().check(program))
+    return found
+
+
+class _Child:
+    """A forked child computing a Found; `collect` reads it (an empty one when the child failed)."""
+
+    def __init__(self, pid: int, read_end: int) -> None:
+        self.pid, self.read_end = pid, read_end
+
+    def collect(self) -> Found:
+        with os.fdopen(self.read_end, "rb") as pipe:
+            data = pipe.read()
+        _, status = os.waitpid(self.pid, 0)
+        if not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0):
+            return {}
+        try:
+            found = pickle.loads(data)
+        except Exception:  # a truncated or broken result: its rules run here
+            return {}
+        return found if isinstance(found, dict) else {}
+
+    def kill(self) -> None:
+        os.close(self.read_end)
+        os.kill(self.pid, signal.SIGKILL)
+        os.waitpid(self.pid, 0)
+
+
+def _fork(work: Callable[[], Found]) -> _Child | None:
+    """A child that runs `work` and pipes its result back, then exits without running any of this process's exits;
+    None when no pipe or process could be made."""
+    try:
+        read_end, write_end = os.pipe()
+    except OSError:
+        return None
     sys.stdout.flush()
     sys.stderr.flush()
     try:
@@ -51,38 +184,19 @@ def run_rules(rules: list[type["Rule"]], program: "Program", jobs: int,
     except OSError:
         os.close(read_end)
         os.close(write_end)
-        return _serial(rules, program)
-    if pid == 0:  # the child: its rule's findings into the pipe, then gone without running any of the parent's exits
+        return None
+    if pid == 0:  # the child
         status = 1
         try:
             os.close(read_end)
-            data = pickle.dumps(list(child[0]().check(program)), protocol=pickle.HIGHEST_PROTOCOL)
+            data = pickle.dumps(work(), protocol=pickle.HIGHEST_PROTOCOL)
             with os.fdopen(write_end, "wb") as out:
                 out.write(data)
             status = 0
         finally:
             os._exit(status)
     os.close(write_end)
-    try:
-        here = {rule.id: list(rule().check(program)) for rule in rules if rule is not child[0]}
-    except BaseException:  # (a rule's bug, ^C): no child left behind
-        os.close(read_end)
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        raise
-    with os.fdopen(read_end, "rb") as pipe:
-        data = pipe.read()
-    _, status = os.waitpid(pid, 0)
-    found = None
-    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
-        try:
-            found = pickle.loads(data)
-        except Exception:  # a truncated or broken result: run the rule here
-            found = None
-    if found is None:
-        found = list(child[0]().check(program))
-    here[child[0].id] = found
-    return [finding for rule in rules for finding in here[rule.id]]
+    return _Child(pid, read_end)
 
 
 def _serial(rules: Iterable[type["Rule"]], program: "Program") -> list[Finding]:

@@ -28,6 +28,7 @@ __all__ = ["CURRENT_STREAM", "Edge", "Function", "Program"]
 
 
 _MISSING = object()  # (a memo's value may be None)
+_NONE: tuple = ()
 
 HANDOFF_CALL_LINES = 8  # how far above an argument a multi-line call may start
 
@@ -41,6 +42,7 @@ class Program(CallGraph):
         self._callers_memo: dict[str, frozenset[str]] = {}
         self._memo: dict[str, Any] = {}
         self._accesses_in: dict[str, list[Access]] = {}
+        self._exact_memo: dict[str, list[tuple[Call, list[Edge]]]] = {}
 
     def memo(self, key: str, build: Callable[[], Any]) -> Any:
         """A value derived from the whole program, built once (rules share indexes through this)."""
@@ -54,11 +56,15 @@ class Program(CallGraph):
         return stream_id(self, function, stream)
 
     def exact_edges_of(self, fid: str) -> Iterator[tuple[Call, list[Edge]]]:
-        """Calls of `fid` with their exactly resolved edges only (imports, self, super: no guess by name)."""
-        for call, edges in self.calls_of(fid):
-            exact = [e for e in edges if e.exact]
-            if exact:
-                yield call, exact
+        """Calls of `fid` with their exactly resolved edges only (imports, self, super: no guess by name).
+
+        Kept per function: the summaries, the aliasing and the rules ask for the same functions again and again
+        (vLLM 0.33.0: 280 k times for 45 k functions, each time a new list per call)."""
+        found = self._exact_memo.get(fid)
+        if found is None:
+            found = self._exact_memo[fid] = [(call, exact) for call, edges in self._calls_with_edges[fid]
+                                             if (exact := [e for e in edges if e.exact])] or _NONE
+        return iter(found)
 
     def all_edges_of(self, fid: str) -> Iterator[tuple[Call, list[Edge]]]:
         return self.calls_of(fid)
