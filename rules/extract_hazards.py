@@ -761,13 +761,19 @@ class HazardCollector:
             interesting.update(p for c in fn.async_copies for p in (c.dst, c.src) if p)
             interesting.update(held_through(fn, travelling))
             interesting.update(p for w in fn.async_works for p in w.tensors + (w.handle,) if p)
-            interesting.update(u.path for u in fn.uses if u.region != NO_REGION)
             interesting.update(lists_from_calls(fn))  # a callee's handles, maybe (returned_handles.py)
-            # Released or held for a stream here: the function may run inside a caller's region (SC104).
-            interesting.update(u.path for u in fn.uses if u.how in ("free", "record_stream", "alloc")
-                               or (u.how == "rebind" and u.arg == "None"))
-            # A fresh allocation returned: made on the caller's stream (fresh_block_on_side_stream.py).
-            returned = {u.path for u in fn.uses if u.how == "escape" and u.arg == RETURNED}
+            returned = set()
+            for u in fn.uses:  # (one pass, not three: the uses are most of a detailed file's facts)
+                how = u.how
+                if u.region != NO_REGION:
+                    interesting.add(u.path)
+                # Released or held for a stream here: the function may run inside a caller's region (SC104).
+                elif how == "free" or how == "record_stream" or how == "alloc" or (
+                        how == "rebind" and u.arg == "None"):
+                    interesting.add(u.path)
+                # A fresh allocation returned: made on the caller's stream (fresh_block_on_side_stream.py).
+                if how == "escape" and u.arg == RETURNED:
+                    returned.add(u.path)
             interesting.update(p.path for p in fn.placements if p.fresh and p.path in returned)
             if fn.name == "__init__":  # `self.buf = buf`: what a constructor keeps (host_read_after_escape.py)
                 interesting.update(u.path for u in fn.uses if u.how == "escape" and u.arg.startswith("self.")
