@@ -77,10 +77,11 @@ class RegionsAndBlocks(ast.NodeVisitor):
 
     def visit_If(self, node: ast.If) -> None:
         self.visit(node.test)
-        tested = _tested_names(node.test)
-        for arm in (node.body, node.orelse):
-            if arm:
-                self.fn.guard_tests.append((arm[0].lineno, arm[-1].end_lineno or arm[-1].lineno, tested))
+        if self.detailed:  # (read by guards.py only in a function with stream regions: detailed files only)
+            tested = _tested_names(node.test)
+            for arm in (node.body, node.orelse):
+                if arm:
+                    self.fn.guard_tests.append((arm[0].lineno, arm[-1].end_lineno or arm[-1].lineno, tested))
         syncs_before = len(self.fn.syncs)
         self._visit_block(node.body, guarded=not _only_if_it_exists(node))
         if _on_another_platform(node.test):

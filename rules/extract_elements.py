@@ -28,9 +28,11 @@ def element_facts(statements: list[ast.stmt]) -> list[tuple[str, str, int, int]]
     """The rows of one function (`statements`: its own statements, extract_keeps.own_statements)."""
     found: list[tuple[str, str, int, int]] = []
     for stmt in statements:
-        if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
-            found.extend(_stored(stmt.value, stmt.lineno))
-        elif isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+        kind = stmt.__class__  # (exact types: ast.parse makes no subclasses)
+        if kind is ast.Expr:
+            if stmt.value.__class__ is ast.Call:
+                found.extend(_stored(stmt.value, stmt.lineno))
+        elif kind is ast.Assign and len(stmt.targets) == 1:
             target, value = stmt.targets[0], stmt.value
             if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
                 found.extend(_parts(value, target.value.id, stmt.lineno))
@@ -40,7 +42,7 @@ def element_facts(statements: list[ast.stmt]) -> list[tuple[str, str, int, int]]
                     and isinstance(value.func, ast.Attribute) and value.func.attr in _TAKES \
                     and isinstance(value.func.value, ast.Name):
                 found.append((target.id, value.func.value.id, stmt.lineno, ELEMENT))
-        elif isinstance(stmt, (ast.For, ast.AsyncFor)):
+        elif kind is ast.For or kind is ast.AsyncFor:
             found.extend(_iterated(stmt.target, stmt.iter, stmt.lineno))
     return found
 

@@ -40,8 +40,11 @@ def handle_flow_facts(node: ast.FunctionDef | ast.AsyncFunctionDef,
     rows: list[list] = []
     taken: set[str] = set()  # locals bound by a removal: their later mentions are kept
     for stmt in (own_statements(node) if statements is None else statements):
-        if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
-            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+        kind = stmt.__class__  # (exact types: ast.parse makes no subclasses)
+        if kind is ast.Assign or kind is ast.AnnAssign:
+            if stmt.value is None:
+                continue
+            targets = stmt.targets if kind is ast.Assign else [stmt.target]
             operands = _operands(stmt.value)
             for target in targets:
                 if isinstance(target, ast.Name) and operands:
@@ -54,21 +57,23 @@ def handle_flow_facts(node: ast.FunctionDef | ast.AsyncFunctionDef,
                     rows.append(["unpack", names, call.lineno, call.col_offset + 1, stmt.lineno])
                 elif isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name) and operands:
                     rows.append(["store", target.value.id, _key(target.slice) or ANY_KEY, operands, stmt.lineno])
-        elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+        elif kind is ast.Expr:
+            if stmt.value.__class__ is not ast.Call:
+                continue
             call = stmt.value
             func = call.func
             if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and call.args \
-                    and func.attr in APPENDS | MERGES:
+                    and (func.attr in APPENDS or func.attr in MERGES):
                 operands = _operands(call.args[-1])
                 if operands:
                     key = MERGED if func.attr in MERGES else ANY_KEY
                     rows.append(["store", func.value.id, key, operands, stmt.lineno])
-        elif isinstance(stmt, (ast.For, ast.AsyncFor)):
+        elif kind is ast.For or kind is ast.AsyncFor:
             bound = _loop_element(stmt.target, stmt.iter)
             if bound is not None:
                 name, container = bound
                 rows.append(["bind", name, [["take", container, "", 0]], stmt.lineno, stmt.col_offset + 1])
-        elif isinstance(stmt, ast.Return) and stmt.value is not None:
+        elif kind is ast.Return and stmt.value is not None:
             parts = stmt.value.elts if isinstance(stmt.value, ast.Tuple) else [stmt.value]
             positions = [_operands(p) for p in parts]
             if any(positions):

@@ -102,6 +102,8 @@ class HazardCollector:
         self.not_data_writes = NOT_DATA_WRITES
         self.skip: set[int] = set()  # ids of nodes a parent has already accounted for
         self.binds_memo: dict[int, bool] = {}  # id(statement) -> whether it binds a local name (_binds_a_name)
+        # whether the file may hold `x := v` (a NamedExpr needs the ":=" token): else _binds_a_name walks statements
+        self.walrus = any(":=" in line for line in visitor.src_lines)
         self._assigned_from = ""  # the access path of the value of the assignment being recorded
         self.bound_to: dict[int, str] = {}  # id(value expression) -> the path its result is bound or appended to
         self.escaping_calls: set[int] = set()  # id() of calls whose result is a view handed out (returned)
@@ -169,19 +171,26 @@ class HazardCollector:
 
     def _is_module(self, expr: ast.AST) -> bool:
         root = expr  # `torch.cuda`, `dist.ReduceOp.SUM`; not what a call returns
-        while isinstance(root, (ast.Attribute, ast.Subscript)):
+        kind = root.__class__  # (ast.parse makes exact types)
+        while kind is ast.Attribute or kind is ast.Subscript:
             root = root.value
-        return isinstance(root, ast.Name) and root.id in self.v.facts.imports
+            kind = root.__class__
+        return kind is ast.Name and root.id in self.v.facts.imports
 
     def _arguments(self, node: ast.Call, how: str, arg: str = "") -> None:
-        for expr in list(node.args) + [k.value for k in node.keywords if k.arg not in ("out", "non_blocking")]:
+        exprs = node.args
+        if node.keywords:
+            exprs = exprs + [k.value for k in node.keywords if k.arg not in ("out", "non_blocking")]
+        imports = self.v.facts.imports
+        for expr in exprs:
             for elt in elements(expr):
-                if elt.__class__ is ast.Name:  # (the common argument: _is_module and _mark of a name, inlined)
-                    if elt.id not in self.v.facts.imports and elt.id not in ("self", "cls"):
+                kind = elt.__class__  # (exact types)
+                if kind is ast.Name:  # (the common argument: _is_module and _mark of a name, inlined)
+                    if elt.id not in imports and elt.id != "self" and elt.id != "cls":
                         self.skip.add(id(elt))
                         self._use(elt.id, how, elt, arg)
-                elif isinstance(elt, (ast.Attribute, ast.Subscript, ast.Starred, ast.Call)):
-                    if isinstance(elt, ast.Call) and not _is_view_call(elt, self.view_methods):
+                elif kind is ast.Attribute or kind is ast.Subscript or kind is ast.Starred or kind is ast.Call:
+                    if kind is ast.Call and not _is_view_call(elt, self.view_methods):
                         temporary = self._unbound_copy(elt)  # `int(x.cpu(non_blocking=True))`
                         if temporary:
                             self._use(temporary, how, elt)
@@ -212,27 +221,29 @@ class HazardCollector:
         if last in P2P_LAUNCHES or last in (P2P_OP, BATCH_P2P):
             if self._p2p(node, callee, last):
                 return
-        if isinstance(func, ast.Attribute) and func.attr in GROUP_LAUNCHES and group_launch(
+        attribute = func.__class__ is ast.Attribute
+        if attribute and func.attr in GROUP_LAUNCHES and group_launch(
                 func.attr, func.value, self.v.param_classes.get(id(self.v.fn), {})):
             # `group.recv([buf], peer, tag)`: always asynchronous (extract_handles.py); a send only reads
             self._async_work(node, P2P_SEND if last in GROUP_SENDS else last, keywords, flagged=False)
             return
-        if isinstance(keywords.get("async_op"), ast.Name) and self._is_collective(node, callee):
+        if flag.__class__ is ast.Name and self._is_collective(node, callee):
             self._maybe_async(node, last, keywords)  # then seen as any call
-        if last.lstrip("_")[:1].isupper() and len(node.args) >= 2:  # `Handle(work, out, ...)` (extract_pairs.py)
-            self.pairs.built.setdefault(id(self.fn), []).append(
+        constructor = last.lstrip("_")[:1].isupper()
+        if constructor and len(node.args) >= 2:  # `Handle(work, out, ...)` (extract_pairs.py)
+            self.pairs.built.setdefault(id(self.v.fn), []).append(
                 (last, tuple(self.access_path(a) or "" for a in node.args)))
-        if isinstance(func, ast.Attribute) and not self._is_module(func.value):
+        if attribute and not self._is_module(func.value):
             self.skip.add(id(func))
             self._method_call(node, func.attr, func.value, keywords)
             return
-        if isinstance(func, ast.Attribute):
+        if attribute:
             self._mark(func)
         if last in METADATA_FUNCTIONS:
             for arg in node.args:
                 self._mark(arg)
             return
-        if last.lstrip("_")[:1].isupper():
+        if constructor:
             self._arguments(node, "escape")  # a constructor stores it (with its event, say): a hand-off, no read
             return
         if id(node) in self.escaping_calls:  # `return tuple(bufs)`: the tensors go back to the caller
@@ -675,7 +686,7 @@ class HazardCollector:
             if path:
                 self.fn.none_arms.append((path,) + (body if none_in_body else other))
             self.fn.choosing.extend(arm for arm, statements in ((body, node.body), (other, node.orelse))
-                                    if _binds_a_name(statements, self.binds_memo))
+                                    if _binds_a_name(statements, self.binds_memo, self.walrus))
 
     def _name(self, node: ast.Name) -> None:
         # (extract.py's generic_visit inlines this for the names it visits: change both)
@@ -750,13 +761,19 @@ class HazardCollector:
             interesting.update(p for c in fn.async_copies for p in (c.dst, c.src) if p)
             interesting.update(held_through(fn, travelling))
             interesting.update(p for w in fn.async_works for p in w.tensors + (w.handle,) if p)
-            interesting.update(u.path for u in fn.uses if u.region != NO_REGION)
             interesting.update(lists_from_calls(fn))  # a callee's handles, maybe (returned_handles.py)
-            # Released or held for a stream here: the function may run inside a caller's region (SC104).
-            interesting.update(u.path for u in fn.uses if u.how in ("free", "record_stream", "alloc")
-                               or (u.how == "rebind" and u.arg == "None"))
-            # A fresh allocation returned: made on the caller's stream (fresh_block_on_side_stream.py).
-            returned = {u.path for u in fn.uses if u.how == "escape" and u.arg == RETURNED}
+            returned = set()
+            for u in fn.uses:  # (one pass, not three: the uses are most of a detailed file's facts)
+                how = u.how
+                if u.region != NO_REGION:
+                    interesting.add(u.path)
+                # Released or held for a stream here: the function may run inside a caller's region (SC104).
+                elif how == "free" or how == "record_stream" or how == "alloc" or (
+                        how == "rebind" and u.arg == "None"):
+                    interesting.add(u.path)
+                # A fresh allocation returned: made on the caller's stream (fresh_block_on_side_stream.py).
+                if how == "escape" and u.arg == RETURNED:
+                    returned.add(u.path)
             interesting.update(p.path for p in fn.placements if p.fresh and p.path in returned)
             if fn.name == "__init__":  # `self.buf = buf`: what a constructor keeps (host_read_after_escape.py)
                 interesting.update(u.path for u in fn.uses if u.how == "escape" and u.arg.startswith("self.")
@@ -812,11 +829,48 @@ def _stored(value: ast.AST) -> list[ast.AST]:
     return elements(value)
 
 
-def _binds_a_name(statements: list[ast.stmt], memo: dict[int, bool]) -> bool:
+def _binds_a_name(statements: list[ast.stmt], memo: dict[int, bool], walrus: bool = True) -> bool:
     """Whether an arm assigns a plain local name (nested functions and classes aside). `memo`: id() of a statement
     -> whether it (or what it nests) binds one, so the arms of nested if/else chains are walked once, not once
-    per enclosing `if` (the tree lives as long as the memo: one file's pass)."""
+    per enclosing `if` (the tree lives as long as the memo: one file's pass). `walrus`: whether the file may hold
+    an assignment expression; without one, only statements bind and expressions are not walked."""
+    if not walrus:
+        return any(_statement_binds_no_walrus(stmt, memo) for stmt in statements)
     return any(_statement_binds(stmt, memo) for stmt in statements)
+
+
+def _statement_binds_no_walrus(statement: ast.stmt, memo: dict[int, bool]) -> bool:
+    """_statement_binds of a file without `:=`: an assignment statement binds a local by its targets, a compound
+    statement by the statements it nests, nothing else binds (no expression is walked: most of a body's nodes)."""
+    found = memo.get(id(statement))
+    if found is not None:
+        return found
+    kind = statement.__class__
+    found = False
+    if kind is ast.Assign or kind is ast.AnnAssign or kind is ast.AugAssign:
+        targets = statement.targets if kind is ast.Assign else [statement.target]
+        found = any(isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)
+                    for target in targets for t in ast.walk(target))
+    elif kind not in _NO_BINDING_SCOPES:
+        fields = _BODIES_OF.get(kind)
+        if fields is None:
+            fields = _BODIES_OF[kind] = tuple(f for f in _BODIES if f in kind._fields)
+        for field in fields:
+            for child in getattr(statement, field) or ():
+                nested = child.body if child.__class__ is ast.ExceptHandler or child.__class__ is ast.match_case \
+                    else (child,)
+                if any(_statement_binds_no_walrus(each, memo) for each in nested):
+                    found = True
+                    break
+            if found:
+                break
+    memo[id(statement)] = found
+    return found
+
+
+_NO_BINDING_SCOPES = frozenset({ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef})
+_BODIES = ("body", "orelse", "finalbody", "handlers", "cases")  # the fields that hold nested statements
+_BODIES_OF: dict[type, tuple[str, ...]] = {}  # statement type -> those of _BODIES it has
 
 
 def _statement_binds(statement: ast.stmt, memo: dict[int, bool]) -> bool:

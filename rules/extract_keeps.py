@@ -35,12 +35,14 @@ def kept_facts(node: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str] | 
     statements = list(own_statements(node)) if statements is None else statements
     aliases: dict[str, str] = {}  # local -> the container path it names
     elements = _Elements()  # local -> the container its value was taken from, by line
-    for stmt in statements:
-        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
-            name, value = stmt.targets[0].id, stmt.value
-            if isinstance(value, ast.Attribute) and dotted(value):
-                aliases[name] = dotted(value)
-        if isinstance(stmt, (ast.For, ast.AsyncFor)):
+    for stmt in statements:  # (exact types: ast.parse makes no subclasses; one test per statement, most fail)
+        kind = stmt.__class__
+        if kind is ast.Assign:
+            if len(stmt.targets) == 1 and stmt.targets[0].__class__ is ast.Name:
+                name, value = stmt.targets[0].id, stmt.value
+                if isinstance(value, ast.Attribute) and dotted(value):
+                    aliases[name] = dotted(value)
+        elif kind is ast.For or kind is ast.AsyncFor:
             iterated = stmt.iter.elts if isinstance(stmt.iter, ast.Tuple) else [stmt.iter]  # `(*a, *b)`
             for part in iterated:
                 container = _path(part.value if isinstance(part, ast.Starred) else part, aliases)
@@ -48,7 +50,8 @@ def kept_facts(node: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str] | 
                     elements.bind(name, stmt.lineno, container)
     found: list[KEEP] = []
     for stmt in statements:
-        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+        kind = stmt.__class__
+        if kind is ast.Assign and len(stmt.targets) == 1:
             names = _names(stmt.targets[0])
             taken = _popped(stmt.value, aliases) if isinstance(stmt.value, ast.Call) else ""
             held = taken or (_path(stmt.value.value, aliases) if isinstance(stmt.value, ast.Subscript) else "")
@@ -62,15 +65,15 @@ def kept_facts(node: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str] | 
                 elements.bind(name, stmt.lineno, held)
             if taken:
                 found.append(("drop", taken, ",".join(names), "", stmt.lineno, stmt.col_offset + 1))
-        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Subscript):
-            container = _path(stmt.targets[0].value, aliases)
-            if container and _pairs_event(stmt.value):
-                found.append(("pair", container, *_event_text(stmt.value), stmt.lineno, stmt.col_offset + 1))
-        if isinstance(stmt, ast.Delete):
+            if stmt.targets[0].__class__ is ast.Subscript:
+                container = _path(stmt.targets[0].value, aliases)
+                if container and _pairs_event(stmt.value):
+                    found.append(("pair", container, *_event_text(stmt.value), stmt.lineno, stmt.col_offset + 1))
+        elif kind is ast.Delete:
             for target in stmt.targets:
                 if isinstance(target, ast.Subscript) and _path(target.value, aliases):
                     found.append(("drop", _path(target.value, aliases), "", "", stmt.lineno, stmt.col_offset + 1))
-        if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+        elif kind is ast.Expr and stmt.value.__class__ is ast.Call:
             call = stmt.value
             func = call.func
             if isinstance(func, ast.Attribute):
@@ -96,6 +99,7 @@ def kept_facts(node: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str] | 
 
 _BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+_SCOPE_TYPES = frozenset(_SCOPES)
 _BODIES_OF: dict[type, tuple[str, ...]] = {}  # statement type -> those of _BODIES it has
 
 
@@ -111,9 +115,10 @@ def own_statements(node: ast.FunctionDef | ast.AsyncFunctionDef):
             fields = _BODIES_OF[current.__class__] = tuple(f for f in _BODIES if f in current._fields)
         for field in fields:
             for child in reversed(getattr(current, field) or ()):
-                if isinstance(child, (ast.ExceptHandler, ast.match_case)):
-                    stack.extend(reversed([s for s in child.body if not isinstance(s, _SCOPES)]))
-                elif not isinstance(child, _SCOPES):
+                kind = child.__class__  # (exact types: ast.parse makes no subclasses)
+                if kind is ast.ExceptHandler or kind is ast.match_case:
+                    stack.extend(reversed([s for s in child.body if s.__class__ not in _SCOPE_TYPES]))
+                elif kind not in _SCOPE_TYPES:
                     stack.append(child)
 
 

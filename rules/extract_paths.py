@@ -10,13 +10,14 @@ from .extract_names import METADATA_ATTRS, SAME_STORAGE_ATTRS, VIEW_METHODS
 
 def dotted(node: ast.AST) -> str:
     """A callee's or receiver's shape as text: `self.a.b`, `get_accelerator().stream`, `xs[].f`, `?.g`."""
-    if isinstance(node, ast.Name):
+    kind = node.__class__  # (ast.parse makes exact types: `is` tests, not isinstance, on 200 000 nodes a tree)
+    if kind is _NAME:
         return node.id
-    if isinstance(node, ast.Attribute):
+    if kind is _ATTRIBUTE:
         return f"{dotted(node.value)}.{node.attr}"
-    if isinstance(node, ast.Call):
+    if kind is _CALL:
         return f"{dotted(node.func)}()"
-    if isinstance(node, ast.Subscript):
+    if kind is _SUBSCRIPT:
         return f"{dotted(node.value)}[]"
     return "?"
 
@@ -27,24 +28,31 @@ def access_path(node: ast.AST) -> str | None:
     Views (`x.narrow(...)`, `x[i]`) and `.data` lead back to their base; metadata (`x.shape`) is not a
     path; subscripts of containers (`self.bufs[i]`) stand for the container's elements.
     """
-    if isinstance(node, ast.Name):
-        return None if node.id in ("self", "cls") else node.id
-    if isinstance(node, ast.Attribute):
-        if node.attr in METADATA_ATTRS:
+    kind = node.__class__  # (exact types, as in dotted)
+    if kind is _NAME:
+        name = node.id
+        return None if name == "self" or name == "cls" else name
+    if kind is _ATTRIBUTE:
+        attr = node.attr
+        if attr in METADATA_ATTRS:
             return None
-        if node.attr in SAME_STORAGE_ATTRS:
-            return access_path(node.value)
-        if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
-            return f"{node.value.id}.{node.attr}"
-        base = access_path(node.value)
-        return f"{base}.{node.attr}" if base else None
-    if isinstance(node, ast.Subscript):
+        value = node.value
+        if attr in SAME_STORAGE_ATTRS:
+            return access_path(value)
+        if value.__class__ is _NAME and (value.id == "self" or value.id == "cls"):
+            return f"{value.id}.{attr}"
+        base = access_path(value)
+        return f"{base}.{attr}" if base else None
+    if kind is _SUBSCRIPT or kind is _STARRED:
         return access_path(node.value)
-    if isinstance(node, ast.Starred):
-        return access_path(node.value)
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in VIEW_METHODS:
-        return access_path(node.func.value)
+    if kind is _CALL:
+        func = node.func
+        if func.__class__ is _ATTRIBUTE and func.attr in VIEW_METHODS:
+            return access_path(func.value)
     return None
+
+
+_NAME, _ATTRIBUTE, _CALL, _SUBSCRIPT, _STARRED = ast.Name, ast.Attribute, ast.Call, ast.Subscript, ast.Starred
 
 
 def arg_text(expr: ast.AST) -> str:

@@ -245,7 +245,8 @@ class FunctionFacts:
     guarded: list[tuple[int, int]] = field(default_factory=list)
     # (first, last, names) of each `if` body and `else` arm: the names and attribute paths its test reads
     # (`if all_reduce_group is not None:` -> ("all_reduce_group",)), so that two blocks under tests of unrelated
-    # names can be told apart (guards.py).
+    # names can be told apart (guards.py). Detailed files only: guards.py reads them in a function with stream
+    # regions, which plain files never have.
     guard_tests: list[tuple[int, int, tuple[str, ...]]] = field(default_factory=list)
     # (first, last) line of `for` and `while` loops: what a launch leaves to the next iteration (SC105).
     loops: list[tuple[int, int]] = field(default_factory=list)

@@ -272,3 +272,21 @@ def test_stream_bindings_say_which_stream_each_arm_binds():
     first, side, current = (n for n, text in enumerate(source.splitlines(), 1) if text.strip().startswith("stream ="))
     assert reduce.stream_bindings == [("stream", first, "self.side"), ("stream", first, "torch.cuda.current_stream()"),
                                       ("stream", side, "self.side"), ("stream", current, "torch.cuda.current_stream()")]
+
+
+def test_guard_tests_are_facts_of_detailed_files_only():
+    # guards.py reads them only in a function with stream regions, which plain files never record
+    body = "def f(x, flag):\n    if flag:\n        x.add_(1)\n    else:\n        g(x)\n"
+    plain = extract_facts(body, "plain.py", StaticOptions())
+    assert not plain.detailed and plain.functions[1].guard_tests == []
+    detailed = extract_facts("import torch\n" + body.replace("g(x)", "torch.cuda.synchronize()"), "d.py",
+                             StaticOptions())
+    assert detailed.detailed and detailed.functions[1].guard_tests == [(4, 4, ("flag",)), (6, 6, ("flag",))]
+
+
+def test_a_value_that_says_stream_only_through_joined_literals_is_still_unparsed():
+    # no line says "stream", but the joined literal does: the quote test of _may_say_stream must let it through
+    source = 'import torch\n\ndef f(s):\n    kind = "str" "eam"\n    with torch.cuda.stream(s):\n        pass\n'
+    fn = extract_facts(source, "j.py", StaticOptions()).functions[1]
+    assert fn.stream_aliases == {"kind": ["'stream'"]}
+    assert [(name, line) for name, line, _text in fn.stream_bindings] == [("kind", 4)]
