@@ -26,7 +26,7 @@ from .extract_handle_flow import handle_flow_facts
 from .extract_keeps import kept_facts, own_statements
 from streamcheck.triton_kernels import KernelWrites, kernel_writes
 from .extract_names import METADATA_ATTRS, METADATA_METHODS, NOT_DATA_WRITES, VIEW_METHODS
-from .extract_paths import access_path, dotted, elements, split_index
+from .extract_paths import NO_PATH_NAMES, access_path, dotted, elements, split_index
 from .facts import MODULE_SCOPE, NO_REGION, Access, ClassFacts, FileFacts, FunctionFacts, ParseFailure, module_name
 from .options import StaticOptions
 from .streams import PROPERTY_VALUE
@@ -232,7 +232,7 @@ class _FactsVisitor(CallsAndAccesses, Bindings, RegionsAndBlocks, ast.NodeVisito
                 kind = item.__class__
                 if kind is _NAME:  # the collector's _name and visit_Name, inlined: a fifth of the nodes
                     if item.ctx.__class__ is _LOAD:
-                        if item.id not in _NO_PATH_NAMES and id(item) not in skip:
+                        if item.id not in NO_PATH_NAMES and id(item) not in skip:
                             self.hazards._use(item.id, "read", item)
                     else:
                         self.frames[-1][1].add(item.id)
@@ -458,7 +458,6 @@ class _PlainFactsVisitor(_FactsVisitor):
 
 
 _NAME, _ATTRIBUTE, _KEYWORD, _ARG, _LOAD = ast.Name, ast.Attribute, ast.keyword, ast.arg, ast.Load
-_NO_PATH_NAMES = ("self", "cls")  # (no access path: the collector's _name records no read of them)
 
 
 TENSOR_ANNOTATION_WORDS = frozenset({"Tensor", "torch.Tensor", "None", "Optional", "typing.Optional"})

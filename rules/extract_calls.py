@@ -18,7 +18,7 @@ from .extract_names import (
     STORING_METHODS,
     VIEW_METHODS,
 )
-from .extract_paths import access_path, arg_text, dotted, elements, index_of
+from .extract_paths import NO_PATH_NAMES, access_path, arg_text, dotted, elements, index_of
 from .facts import MODULE_SCOPE, Access, Call, Sync
 from .options import matches_name
 from .torch_api import INIT_FUNCTIONS, TENSOR_INPLACE_METHODS, TENSOR_METHODS
@@ -27,7 +27,6 @@ PYTHON_BUILTINS = frozenset(name for name in dir(builtins) if not name.startswit
 SYNC_ARG_KEYWORDS = ("stream", "event")  # `Event.record(stream=)`, `Stream.wait_event(event=)`, `wait_stream(stream=)`
 HOST_CHECKS = ("log", "warn", "print", "assert")  # callee names (less leading `_`) that only look at their arguments
 _NAME, _CONSTANT = ast.Name, ast.Constant
-_NO_PATH_NAMES = ("self", "cls")  # (extract_paths.access_path: these names are no access path)
 
 
 class CallsAndAccesses(ast.NodeVisitor):
@@ -51,7 +50,7 @@ class CallsAndAccesses(ast.NodeVisitor):
             kind = a.__class__
             if kind is _NAME:  # `f(x)`: hands x over, and its path is its name (none for self or cls)
                 func_args.append(a.id)
-                text = "" if a.id in _NO_PATH_NAMES else a.id
+                text = "" if a.id in NO_PATH_NAMES else a.id
             elif kind is _CONSTANT:
                 text = ""
                 if a.value is True:
@@ -67,7 +66,7 @@ class CallsAndAccesses(ast.NodeVisitor):
                 value = k.value
                 kind = value.__class__
                 if kind is _NAME:
-                    text = "" if value.id in _NO_PATH_NAMES else value.id
+                    text = "" if value.id in NO_PATH_NAMES else value.id
                 elif kind is _CONSTANT:
                     text = ""
                 else:

@@ -19,13 +19,14 @@ from typing import TYPE_CHECKING
 
 from .facts import NO_REGION, RETURNED, AsyncCopy, AsyncWork, FileFacts, FunctionFacts, Placement, Use
 from .extract import elements
-from .extract_paths import index_of
+from .extract_paths import NO_PATH_NAMES, index_of
 from .extract_handles import (BATCH_P2P, COALESCING_MANAGER, GROUP_LAUNCHES, GROUP_SENDS, P2P_LAUNCHES, P2P_OP, P2P_SEND, coalesced,
                               group_launch, handed_on, loop_bindings, loop_sources, p2p_op_list, p2p_ops_in_display, p2p_ops_in_list,
                               p2p_sends, p2p_tensor, work_aliases)
 from .extract_closure_ops import ClosureOps
 from .extract_handle_flow import lists_from_calls
 from .extract_names import ESCAPING_METHODS
+from .extract_keeps import SCOPE_TYPES, body_fields
 from .extract_handle_objects import synthesize_handle_objects
 from .extract_host_collectives import DEVICE_GROUP, device_group_spans, host_collectives
 from .extract_pairs import EVENT_RECORD, EVENT_WAIT, PairFacts, positions, synthesize, taken_from
@@ -186,7 +187,7 @@ class HazardCollector:
             for elt in elements(expr):
                 kind = elt.__class__  # (exact types)
                 if kind is ast.Name:  # (the common argument: _is_module and _mark of a name, inlined)
-                    if elt.id not in imports and elt.id != "self" and elt.id != "cls":
+                    if elt.id not in imports and elt.id not in NO_PATH_NAMES:
                         self.skip.add(id(elt))
                         self._use(elt.id, how, elt, arg)
                 elif kind is ast.Attribute or kind is ast.Subscript or kind is ast.Starred or kind is ast.Call:
@@ -690,7 +691,7 @@ class HazardCollector:
 
     def _name(self, node: ast.Name) -> None:
         # (extract.py's generic_visit inlines this for the names it visits: change both)
-        if node.ctx.__class__ is ast.Load and node.id not in ("self", "cls"):
+        if node.ctx.__class__ is ast.Load and node.id not in NO_PATH_NAMES:
             self._use(node.id, "read", node)
 
     def _attribute(self, node: ast.Attribute) -> None:
@@ -851,11 +852,8 @@ def _statement_binds_no_walrus(statement: ast.stmt, memo: dict[int, bool]) -> bo
         targets = statement.targets if kind is ast.Assign else [statement.target]
         found = any(isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)
                     for target in targets for t in ast.walk(target))
-    elif kind not in _NO_BINDING_SCOPES:
-        fields = _BODIES_OF.get(kind)
-        if fields is None:
-            fields = _BODIES_OF[kind] = tuple(f for f in _BODIES if f in kind._fields)
-        for field in fields:
+    elif kind not in SCOPE_TYPES:  # (a nested function or class binds no local of this one)
+        for field in body_fields(kind):
             for child in getattr(statement, field) or ():
                 nested = child.body if child.__class__ is ast.ExceptHandler or child.__class__ is ast.match_case \
                     else (child,)
@@ -868,9 +866,6 @@ def _statement_binds_no_walrus(statement: ast.stmt, memo: dict[int, bool]) -> bo
     return found
 
 
-_NO_BINDING_SCOPES = frozenset({ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef})
-_BODIES = ("body", "orelse", "finalbody", "handlers", "cases")  # the fields that hold nested statements
-_BODIES_OF: dict[type, tuple[str, ...]] = {}  # statement type -> those of _BODIES it has
 
 
 def _statement_binds(statement: ast.stmt, memo: dict[int, bool]) -> bool:

@@ -97,10 +97,18 @@ def kept_facts(node: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str] | 
     return sorted(set(found), key=lambda k: (k[4], k[5], k[0], k[1], k[2], k[3]))
 
 
-_BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
+_BODIES = ("body", "orelse", "finalbody", "handlers", "cases")  # the fields that hold nested statements
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
-_SCOPE_TYPES = frozenset(_SCOPES)
+SCOPE_TYPES = frozenset(_SCOPES)  # (for exact-type tests: ast.parse makes no subclasses)
 _BODIES_OF: dict[type, tuple[str, ...]] = {}  # statement type -> those of _BODIES it has
+
+
+def body_fields(kind: type) -> tuple[str, ...]:
+    """The fields of a statement type that hold nested statements (handlers and cases hold them in their bodies)."""
+    fields = _BODIES_OF.get(kind)
+    if fields is None:  # (a getattr that misses costs an exception: most statements have none of _BODIES)
+        fields = _BODIES_OF[kind] = tuple(f for f in _BODIES if f in kind._fields)
+    return fields
 
 
 def own_statements(node: ast.FunctionDef | ast.AsyncFunctionDef):
@@ -110,15 +118,12 @@ def own_statements(node: ast.FunctionDef | ast.AsyncFunctionDef):
     while stack:
         current = stack.pop()
         yield current
-        fields = _BODIES_OF.get(current.__class__)
-        if fields is None:  # (a getattr that misses costs an exception: most statements have none of _BODIES)
-            fields = _BODIES_OF[current.__class__] = tuple(f for f in _BODIES if f in current._fields)
-        for field in fields:
+        for field in body_fields(current.__class__):
             for child in reversed(getattr(current, field) or ()):
                 kind = child.__class__  # (exact types: ast.parse makes no subclasses)
                 if kind is ast.ExceptHandler or kind is ast.match_case:
-                    stack.extend(reversed([s for s in child.body if s.__class__ not in _SCOPE_TYPES]))
-                elif kind not in _SCOPE_TYPES:
+                    stack.extend(reversed([s for s in child.body if s.__class__ not in SCOPE_TYPES]))
+                elif kind not in SCOPE_TYPES:
                     stack.append(child)
 
 

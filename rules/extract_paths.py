@@ -8,6 +8,11 @@ import ast
 from .extract_names import METADATA_ATTRS, SAME_STORAGE_ATTRS, VIEW_METHODS
 
 
+# Names that are no access path (the object a method runs on): access_path gives None for them, and the visitors
+# that test a name before calling it (extract.py, extract_calls.py, extract_hazards.py) read this.
+NO_PATH_NAMES = ("self", "cls")
+
+
 def dotted(node: ast.AST) -> str:
     """A callee's or receiver's shape as text: `self.a.b`, `get_accelerator().stream`, `xs[].f`, `?.g`."""
     kind = node.__class__  # (ast.parse makes exact types: `is` tests, not isinstance, on 200 000 nodes a tree)
@@ -31,7 +36,7 @@ def access_path(node: ast.AST) -> str | None:
     kind = node.__class__  # (exact types, as in dotted)
     if kind is _NAME:
         name = node.id
-        return None if name == "self" or name == "cls" else name
+        return None if name in NO_PATH_NAMES else name
     if kind is _ATTRIBUTE:
         attr = node.attr
         if attr in METADATA_ATTRS:
@@ -39,7 +44,7 @@ def access_path(node: ast.AST) -> str | None:
         value = node.value
         if attr in SAME_STORAGE_ATTRS:
             return access_path(value)
-        if value.__class__ is _NAME and (value.id == "self" or value.id == "cls"):
+        if value.__class__ is _NAME and value.id in NO_PATH_NAMES:
             return f"{value.id}.{attr}"
         base = access_path(value)
         return f"{base}.{attr}" if base else None

@@ -28,7 +28,6 @@ __all__ = ["CURRENT_STREAM", "Edge", "Function", "Program"]
 
 
 _MISSING = object()  # (a memo's value may be None)
-_NONE: tuple = ()
 
 HANDOFF_CALL_LINES = 8  # how far above an argument a multi-line call may start
 
@@ -42,7 +41,7 @@ class Program(CallGraph):
         self._callers_memo: dict[str, frozenset[str]] = {}
         self._memo: dict[str, Any] = {}
         self._accesses_in: dict[str, list[Access]] = {}
-        self._exact_memo: dict[str, list[tuple[Call, list[Edge]]]] = {}
+        self._exact_memo: dict[str, list[tuple[Call, list[Edge]]]] = {}  # exact_edges_of, per function
 
     def memo(self, key: str, build: Callable[[], Any]) -> Any:
         """A value derived from the whole program, built once (rules share indexes through this)."""
@@ -63,7 +62,7 @@ class Program(CallGraph):
         found = self._exact_memo.get(fid)
         if found is None:
             found = self._exact_memo[fid] = [(call, exact) for call, edges in self._calls_with_edges[fid]
-                                             if (exact := [e for e in edges if e.exact])] or _NONE
+                                             if (exact := [e for e in edges if e.exact])]
         return iter(found)
 
     def all_edges_of(self, fid: str) -> Iterator[tuple[Call, list[Edge]]]:
