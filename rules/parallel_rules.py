@@ -14,11 +14,10 @@ indexes 2.1, SC104 1.6, SC101 1.3, SC107 0.9, SC106 0.5-0.8, SC105 0.5-0.7, SC10
 Before (session 21: SC101 alone in the child, the other six here) the six took twice SC101's time: vLLM rules
 (dumped facts, alternated on a loaded machine) 8.4-11.0 s wall -> 6.8-8.0 s.
 
-`EARLY_CHILD` (off) adds a second child, forked before the indexes, for the rules that read none
-(`INDEX_FREE`), while this process builds them: the shortest chain on an idle machine (vLLM: this process 4.8 s
-CPU instead of 5.6-6.3), but each fork makes every process copy the pages it writes (the scan's heap: vLLM
-0.8 GB), and with a second one the three processes took 1-1.5 s more CPU in all: on a machine with other load it
-lost (vLLM rules wall 8.4-8.6 s against 6.8-8.0 s with one child).
+A second child for the rules that read no index, forked before the indexes (sessions 22-23, `EARLY_CHILD`), was
+removed: it runs three processes where -j2 asks for two, costs 1-3 s more CPU on vLLM 0.33.0, and its wall gain did
+not hold (rules wall in alternated pairs, without/with: vLLM 6.24/5.01, 5.61/4.56, 5.27/4.73, 5.28/4.05, 5.92/6.15,
+5.32/6.19 s; DeepSpeed 0.19.8 1.13/1.21, 1.34/1.17, 0.90/0.88, 0.91/0.97 s).
 
 Where fork is missing, the program is small, or a child fails in any way (an exception, a signal, a truncated
 pipe), the rules a child did not hand back run here, one after the other, as without it.
@@ -42,7 +41,6 @@ if TYPE_CHECKING:
 # program holds no `races.by_key.*` memo and no `accesses_in` entry). A rule missing here only waits for the
 # indexes; a rule listed here that did read them would only build them itself (the same findings, slower).
 INDEX_FREE = frozenset({"SC102", "SC103", "SC105", "SC107"})
-EARLY_CHILD = False  # a second child for INDEX_FREE, forked before the indexes (see the docstring for why not)
 # The queue's order: the most expensive rules first (measured above), then any other in the order given.
 HEAVIEST_FIRST = ("SC101", "SC104", "SC107", "SC106", "SC105", "SC102", "SC103")
 # Below this many functions a fork costs more than it saves (a fork of a large scan process takes ~10-50 ms).
@@ -59,38 +57,24 @@ def run_rules(rules: list[type["Rule"]], program: "Program", jobs: int,
         return _serial(rules, program)
     from .races import build_indexes
 
-    before = INDEX_FREE if EARLY_CHILD else frozenset()
-    early = [rule for rule in rules if rule.id in before]
-    late = [rule for rule in rules if rule.id not in before]
-    if not early or not late:  # one stage only: every rule in the queue
-        early, late = [], list(rules)
-    late = _heaviest_first(late)
-    children: list[_Child] = []
+    queued = _heaviest_first(list(rules))
+    child: _Child | None = None
     found: Found = {}
     try:
-        if early:
-            program.call_sites  # (the indexes read it, and SC102: built once, before the fork)
-            child = _fork(lambda: _checked(early, program))
-            if child is None:
-                late = _heaviest_first(late + early)  # (no child for them: the queue takes them)
-            else:
-                children.append(child)
-        if any(rule.id not in INDEX_FREE for rule in late):
+        if any(rule.id not in INDEX_FREE for rule in queued):
             build_indexes(program)  # (what the queue's rules all read: built once, here)
-        if sum(rule.id in ("SC101", "SC104", "SC106") for rule in late) > 1:
+        if sum(rule.id in ("SC101", "SC104", "SC106") for rule in queued) > 1:
             _shared(program)
-        queue = _queue(len(late))
+        queue = _queue(len(queued))
         if queue is not None:
-            child = _fork(lambda: _take(queue, late, program))
-            if child is not None:
-                children.append(child)
-            found.update(_take(queue, late, program))
+            child = _fork(lambda: _take(queue, queued, program))
+            found.update(_take(queue, queued, program))
             os.close(queue)
     except BaseException:  # (a rule's bug, ^C): no child left behind
-        for child in children:
+        if child is not None:
             child.kill()
         raise
-    for child in children:
+    if child is not None:
         found.update(child.collect())
     for rule in rules:  # whatever no process handed back (a child that failed, a fork or pipe that failed)
         if rule.id not in found:
@@ -118,10 +102,6 @@ def _shared(program: "Program") -> None:
     orderings_in_program(program)
     recorded_streams(program, "")
     launch_streams(program, "")
-
-
-def _checked(rules: Iterable[type["Rule"]], program: "Program") -> Found:
-    return {rule.id: list(rule().check(program)) for rule in rules}
 
 
 def _queue(count: int) -> int | None:

@@ -1,5 +1,4 @@
-"""The rules in two processes (parallel_rules.py) find exactly what they find in one, also when the child fails;
-the same with a second child for the rules that read no index (EARLY_CHILD)."""
+"""The rules in two processes (parallel_rules.py) find exactly what they find in one, also when the child fails."""
 
 from __future__ import annotations
 
@@ -18,12 +17,6 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 
 
-@pytest.fixture(params=[False, True], ids=["one child", "early child too"])
-def early_child(request, monkeypatch):
-    monkeypatch.setattr(parallel_rules, "EARLY_CHILD", request.param)
-    return request.param
-
-
 def _sources() -> dict[str, str]:
     return {f"{case.name}/racy.py": (case / "racy.py").read_text() for case in sorted(EXAMPLES.iterdir())
             if (case / "racy.py").is_file()}
@@ -33,14 +26,14 @@ def _keys(findings) -> list:
     return [(f.rule, f.primary.path, f.primary.line, f.primary.column, f.kind, f.message) for f in findings]
 
 
-def test_two_processes_find_what_one_finds(early_child):
+def test_two_processes_find_what_one_finds():
     serial = run_rules(all_rules(), program_of(_sources()), jobs=1)
     assert {f.rule for f in serial} >= {"SC101", "SC104"}  # both sides of the split have something to find
     forked = run_rules(all_rules(), program_of(_sources()), jobs=2, min_functions=0)
     assert _keys(forked) == _keys(serial)
 
 
-def test_a_failing_child_leaves_its_rule_to_the_parent(monkeypatch, early_child):
+def test_a_failing_child_leaves_its_rule_to_the_parent(monkeypatch):
     serial = run_rules(all_rules(), program_of(_sources()), jobs=1)
     monkeypatch.setattr(parallel_rules.pickle, "dumps", lambda *a, **k: 1 / 0)  # (in the child only: the parent
     forked = run_rules(all_rules(), program_of(_sources()), jobs=2, min_functions=0)  # never pickles)
@@ -55,61 +48,52 @@ def _by_id(*ids):
 @pytest.mark.parametrize("ids", [
     ("SC101", "SC102", "SC103", "SC104", "SC105", "SC106", "SC107"),
     ("SC107", "SC104", "SC102", "SC101"),  # (not in id order: the findings come in the order given)
-    ("SC102", "SC105", "SC107"),  # only rules run before the indexes: all in the queue
-    ("SC104", "SC101"),  # only rules run after them
+    ("SC102", "SC105", "SC107"),  # only rules that read no index: none built
+    ("SC104", "SC101"),
     ("SC101", "SC105"),
 ])
-def test_every_split_gives_every_rules_findings_in_rule_order(ids, early_child):
+def test_every_split_gives_every_rules_findings_in_rule_order(ids):
     rules = _by_id(*ids)
     serial = run_rules(rules, program_of(_sources()), jobs=1)
     assert [f.rule for f in serial] == sorted([f.rule for f in serial], key=ids.index)
     assert _keys(run_rules(rules, program_of(_sources()), jobs=2, min_functions=0)) == _keys(serial)
 
 
-@pytest.mark.parametrize("early", [False, True])
-def test_who_takes_what(monkeypatch, early):
-    """Every rule in the queue, heaviest first; with EARLY_CHILD the INDEX_FREE rules go to a child of their own
-    first, and where that fork fails, into the queue. No fork here: this process empties the queue alone."""
-    monkeypatch.setattr(parallel_rules, "EARLY_CHILD", early)
-    checked, queued = [], []
-    real_checked, real_take = parallel_rules._checked, parallel_rules._take
+def test_who_takes_what(monkeypatch):
+    """Every rule in the queue, heaviest first. No fork here: this process empties the queue alone."""
+    queued = []
+    real_take = parallel_rules._take
     forks = []
 
-    def no_fork(work):  # (no child: everything in this process; what the child would have run is recorded)
+    def no_fork(work):  # (no child: everything in this process)
         forks.append(work)
         return None
 
     monkeypatch.setattr(parallel_rules, "_fork", no_fork)
-    monkeypatch.setattr(parallel_rules, "_checked", lambda rules, program: checked.append(
-        [r.id for r in rules]) or real_checked(rules, program))
     monkeypatch.setattr(parallel_rules, "_take", lambda queue, rules, program: queued.append(
         [r.id for r in rules]) or real_take(queue, rules, program))
     rules = _by_id("SC101", "SC102", "SC103", "SC104", "SC105", "SC106", "SC107")
     serial = run_rules(rules, program_of(_sources()), jobs=2, min_functions=10 ** 9)  # (too small: serial)
-    assert forks == [] and checked == [] and queued == []
+    assert forks == [] and queued == []
     found = run_rules(rules, program_of(_sources()), jobs=2, min_functions=0)
     assert _keys(found) == _keys(serial)
-    assert len(forks) == (2 if early else 1) and checked == []
+    assert len(forks) == 1
     assert queued == [["SC101", "SC104", "SC107", "SC106", "SC105", "SC102", "SC103"]]
 
 
-@pytest.mark.parametrize("failing", ["_checked", "_take"])
-def test_one_failing_child_leaves_its_rules_to_the_parent(monkeypatch, failing):
-    """The first child (rules before the indexes) dies, or the queue's child dies after taking a rule: the rules
-    they did not hand back run here."""
+def test_a_child_dying_after_taking_a_rule_leaves_its_rules_to_the_parent(monkeypatch):
+    """The queue's child takes a rule and dies without handing it back: that rule runs here."""
     parent = os.getpid()
-    real = getattr(parallel_rules, failing)
+    real = parallel_rules._take
 
-    def fails_in_a_child(*args):
+    def fails_in_a_child(queue, *args):
         if os.getpid() != parent:
-            if failing == "_take":
-                os.read(args[0], 1)  # (a rule taken, never handed back)
+            os.read(queue, 1)  # (a rule taken, never handed back)
             os._exit(3)
-        return real(*args)
+        return real(queue, *args)
 
     serial = run_rules(all_rules(), program_of(_sources()), jobs=1)
-    monkeypatch.setattr(parallel_rules, "EARLY_CHILD", True)
-    monkeypatch.setattr(parallel_rules, failing, fails_in_a_child)
+    monkeypatch.setattr(parallel_rules, "_take", fails_in_a_child)
     forked = run_rules(all_rules(), program_of(_sources()), jobs=2, min_functions=0)
     assert _keys(forked) == _keys(serial)
 
