@@ -6,6 +6,9 @@ it per kind of file in CPU seconds, or profile it.
     python benchmarks/extraction_facts.py profile FOLDER [--top N]     # cProfile, by tottime and by cumtime
     python benchmarks/extraction_facts.py parse FOLDER [--repeat N]    # CPU s: ast.parse alone, per kind of file
                                                                      # (the floor of the facts pass: no visitor)
+    python benchmarks/extraction_facts.py floor FOLDER --what parse|plain [--jobs N]
+                                                                     # wall: every file read and parsed (parse), or
+                                                                     # through the plain pass (plain), in N processes
     python benchmarks/extraction_facts.py ab FOLDER BASE_RULES [--repeat N] [--only plain|detailed]
                                                                      # CPU s: another checkout's rules/ vs these,
                                                                      # file by file in one process
@@ -116,6 +119,51 @@ def parse_only(folder: Path, repeat: int) -> None:
         print(f"  {key:<17} median {statistics.median(values):6.3f}   runs " + " ".join(f"{v:.3f}" for v in values))
 
 
+def _floor_share(what: str, paths: list[Path], root: Path) -> int:
+    """Read and parse (or put through the plain pass) each of `paths`; the count done."""
+    import ast
+
+    options = StaticOptions()
+    done = 0
+    for path in paths:
+        try:
+            text = path.read_text(encoding="utf-8")
+            if what == "parse":
+                ast.parse(text, filename=str(path))
+            else:
+                one(text, str(path.relative_to(root)), options, False)
+        except (UnicodeDecodeError, OSError, SyntaxError, ValueError, RecursionError):
+            continue
+        done += 1
+    return done
+
+
+def floor(folder: Path, what: str, jobs: int) -> None:
+    """The least an extraction of every file built on `ast` costs, in `jobs` processes: each file read and parsed
+    (`parse`), or each file through the plain pass, the one the prefilter gives files that name no stream word
+    (`plain`: definitions, imports, calls). Files are dealt out by size, largest first, to the emptiest share; no
+    result is sent back (a scan also has to bring its facts home: this is a floor)."""
+    from concurrent.futures import ProcessPoolExecutor
+    import multiprocessing
+
+    started = time.perf_counter()
+    paths = sorted(folder.rglob("*.py"), key=lambda path: -path.stat().st_size)
+    shares: list[list[Path]] = [[] for _ in range(jobs)]
+    sizes = [0] * jobs
+    for path in paths:
+        emptiest = sizes.index(min(sizes))
+        shares[emptiest].append(path)
+        sizes[emptiest] += path.stat().st_size
+    if jobs == 1:
+        done = _floor_share(what, shares[0], folder.parent)
+    else:
+        with ProcessPoolExecutor(jobs - 1, mp_context=multiprocessing.get_context("fork")) as pool:
+            others = [pool.submit(_floor_share, what, share, folder.parent) for share in shares[1:]]
+            done = _floor_share(what, shares[0], folder.parent) + sum(other.result() for other in others)
+    print(f"{folder}: {done} of {len(paths)} files, {what}, {jobs} processes: {time.perf_counter() - started:.2f} s "
+          f"wall")
+
+
 def profile(folder: Path, top: int) -> None:
     options = StaticOptions()
     files = sources(folder)
@@ -169,12 +217,14 @@ def ab(folder: Path, base_rules: Path, repeat: int, only: str | None = None) -> 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=("dump", "time", "profile", "ab", "parse"))
+    parser.add_argument("command", choices=("dump", "time", "profile", "ab", "parse", "floor"))
     parser.add_argument("folder", type=Path)
     parser.add_argument("out", type=Path, nargs="?", help="dump: the output file; ab: the base rules/ folder")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--top", type=int, default=40)
     parser.add_argument("--only", choices=("plain", "detailed"), help="ab: only the files of this kind")
+    parser.add_argument("--what", choices=("parse", "plain"), default="parse", help="floor: parse, or the plain pass")
+    parser.add_argument("--jobs", type=int, default=2, help="floor: processes")
     args = parser.parse_args()
     warnings.simplefilter("ignore")  # the parser's warnings about the scanned code
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 20_000))
@@ -187,6 +237,8 @@ def main() -> None:
         ab(args.folder, args.out, args.repeat, args.only)
     elif args.command == "parse":
         parse_only(args.folder, args.repeat)
+    elif args.command == "floor":
+        floor(args.folder, args.what, args.jobs)
     else:
         profile(args.folder, args.top)
 
