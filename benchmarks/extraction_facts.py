@@ -147,20 +147,20 @@ def floor(folder: Path, what: str, jobs: int) -> None:
     import multiprocessing
 
     started = time.perf_counter()
-    paths = sorted(folder.rglob("*.py"), key=lambda path: -path.stat().st_size)
+    sized = sorted(((path.stat().st_size, path) for path in folder.rglob("*.py")), reverse=True)
     shares: list[list[Path]] = [[] for _ in range(jobs)]
     sizes = [0] * jobs
-    for path in paths:
+    for size, path in sized:
         emptiest = sizes.index(min(sizes))
         shares[emptiest].append(path)
-        sizes[emptiest] += path.stat().st_size
+        sizes[emptiest] += size
     if jobs == 1:
         done = _floor_share(what, shares[0], folder.parent)
     else:
         with ProcessPoolExecutor(jobs - 1, mp_context=multiprocessing.get_context("fork")) as pool:
             others = [pool.submit(_floor_share, what, share, folder.parent) for share in shares[1:]]
             done = _floor_share(what, shares[0], folder.parent) + sum(other.result() for other in others)
-    print(f"{folder}: {done} of {len(paths)} files, {what}, {jobs} processes: {time.perf_counter() - started:.2f} s "
+    print(f"{folder}: {done} of {len(sized)} files, {what}, {jobs} processes: {time.perf_counter() - started:.2f} s "
           f"wall")
 
 

@@ -57,7 +57,7 @@ def run_rules(rules: list[type["Rule"]], program: "Program", jobs: int,
         return _serial(rules, program)
     from .races import build_indexes
 
-    queued = _heaviest_first(list(rules))
+    queued = _heaviest_first(rules)
     child: _Child | None = None
     found: Found = {}
     try:
